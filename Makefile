@@ -1,0 +1,43 @@
+# The README's two commands, `make demo` and `make test`, install everything they need:
+# Debian packages through apt, a virtualenv at .venv, and pip packages. Both are safe to
+# run twice.
+
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+DEBS := kcat zookeeper docker-compose openjdk-17-jre-headless
+STAMP := $(VENV)/.installed
+
+export SPARK_LOCAL_IP ?= 127.0.0.1
+export PYSPARK_PYTHON := $(abspath $(PY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
+
+.PHONY: demo test bench deps debs clean
+
+demo: deps
+	$(VENV)/bin/pylog demo
+
+test: deps
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: deps
+	$(PY) benchmarks/run_all.py
+
+deps: debs $(STAMP)
+
+# Installs the Debian packages only when one is missing, so a second run is quick.
+debs:
+	@if ! dpkg -s $(DEBS) >/dev/null 2>&1; then \
+	  echo "installing Debian packages: $(DEBS)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEBS); \
+	fi
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e ".[all]"
+	touch $(STAMP)
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

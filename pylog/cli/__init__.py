@@ -1,0 +1,1 @@
+"""The ``pylog`` command line."""

@@ -1,0 +1,59 @@
+"""``pylog``: one command, with subcommands in the style of Kafka's ``kafka-*.sh`` tools.
+
+Each subcommand lives in its own module under ``pylog.cli`` and exposes
+``register(subparsers)``, which adds its parser and sets ``func`` to a callable taking
+the parsed arguments and returning an exit status. Heavy imports (pyspark, duckdb) stay
+inside those callables so ``pylog --help`` is fast.
+
+User mistakes end as one readable line on stderr and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from pylog.errors import PylogError
+
+# Modules in pylog.cli that provide a subcommand, in the order --help lists them.
+SUBCOMMANDS = (
+    "demo",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pylog",
+        description="A Kafka-compatible commit log and an exactly-once loader into Parquet.")
+    parser.add_argument("--log-level", default="WARNING",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="logging level for pylog's own messages (default WARNING)")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in SUBCOMMANDS:
+        importlib.import_module(f"pylog.cli.{name}").register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except PylogError as exc:
+        print(f"pylog {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except (ConnectionError, TimeoutError) as exc:
+        print(f"pylog {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # Output piped into `head` and the like: not an error.
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

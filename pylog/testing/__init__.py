@@ -1,0 +1,1 @@
+"""Fixtures that start real servers (brokers, ZooKeeper, Spark) for tests and demos."""
