@@ -1,0 +1,74 @@
+"""The view of cluster state a broker serves Metadata from and routes requests by.
+
+Implementations: ``pylog.cluster.standalone.StandaloneMetadata`` (one broker, no
+ZooKeeper; topics persisted under the first log dir) and the ZooKeeper-backed one in
+cluster mode. Reads are served from memory (kept current by watches in cluster mode),
+never by a round trip per request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Protocol
+
+from pylog.types import BrokerEndpoint
+
+NO_LEADER = -1
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """Leadership of one partition. ``leader == NO_LEADER`` means offline."""
+
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMetadata:
+    name: str
+    partitions: Mapping[int, PartitionState]
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def num_partitions(self) -> int:
+        return len(self.partitions)
+
+
+class ClusterMetadata(Protocol):
+    """What a broker needs to know about the cluster, and the changes it may ask for."""
+
+    cluster_id: str
+    local_broker_id: int
+
+    def controller_id(self) -> int:
+        """The broker id of the current controller, or NO_LEADER if none."""
+
+    def brokers(self) -> list[BrokerEndpoint]:
+        """Live brokers, sorted by id."""
+
+    def topics(self) -> Mapping[str, TopicMetadata]:
+        """Every topic with its partitions' leadership."""
+
+    def topic(self, name: str) -> TopicMetadata | None:
+        ...
+
+    def create_topic(self, name: str, num_partitions: int, replication_factor: int = 1,
+                     configs: Mapping[str, str] | None = None) -> TopicMetadata:
+        """Create a topic and place its partitions.
+
+        Raises TopicAlreadyExistsError, InvalidTopicError, InvalidPartitionsError,
+        InvalidReplicationFactorError.
+        """
+
+    def delete_topic(self, name: str) -> None:
+        """Raises UnknownTopicOrPartitionError if it does not exist."""
+
+    def add_listener(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (with no arguments) after any change to the state above."""
+
+    def close(self) -> None:
+        ...
