@@ -20,6 +20,7 @@ from pylog.errors import PylogError
 # Modules in pylog.cli that provide a subcommand, in the order --help lists them.
 SUBCOMMANDS = (
     "demo",
+    "load",
 )
 
 

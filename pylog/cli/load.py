@@ -1,0 +1,119 @@
+"""``pylog load``: run the loader job through spark-submit, on any Spark master.
+
+Finds spark-submit (``$SPARK_HOME/bin`` or the pyspark installation), zips the pylog
+package for the executors (``--py-files``), and passes ``--master``/``--conf`` through.
+Other settings come from Spark's usual places: ``$SPARK_CONF_DIR/spark-defaults.conf``
+(when SPARK_CONF_DIR is unset, the ``conf/`` directory next to the loader config is used
+if it holds a spark-defaults.conf). PYSPARK_PYTHON defaults to this interpreter.
+
+    pylog load --config conf/loader.yaml
+    pylog load --config conf/loader.yaml --since 2026-11-20T00:00:00Z --until 2026-11-21T00:00:00Z
+    pylog load --config conf/loader.yaml --master yarn --conf spark.executor.instances=4
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from pylog.errors import ConfigError
+
+JOB_SCRIPT = """import sys
+from pylog.etl.cli_args import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def register(subparsers) -> None:
+    from pylog.etl.cli_args import add_load_arguments
+
+    parser = subparsers.add_parser("load", help="load topics into Parquet tables (spark-submit)",
+                                   description="Load log partitions into Parquet tables exactly once.")
+    add_load_arguments(parser)
+    parser.add_argument("--master", help="Spark master (default: from spark-defaults.conf, else local[*])")
+    parser.add_argument("--deploy-mode", choices=["client", "cluster"], help="spark-submit --deploy-mode")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting, passed to spark-submit (repeatable)")
+    parser.add_argument("--spark-submit", help="path of spark-submit (default: SPARK_HOME or pyspark's)")
+    parser.set_defaults(func=run)
+
+
+def find_spark_submit(explicit: str | None = None) -> str:
+    """spark-submit from the argument, $SPARK_HOME, or the installed pyspark package."""
+    candidates = []
+    if explicit:
+        candidates.append(Path(explicit))
+    if os.environ.get("SPARK_HOME"):
+        candidates.append(Path(os.environ["SPARK_HOME"]) / "bin" / "spark-submit")
+    try:
+        import pyspark
+
+        candidates.append(Path(pyspark.__file__).parent / "bin" / "spark-submit")
+    except ImportError:
+        pass
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    found = shutil.which("spark-submit")
+    if found:
+        return found
+    raise ConfigError("--spark-submit", "spark-submit not found: set SPARK_HOME or install pyspark")
+
+
+def zip_package(directory: Path) -> Path:
+    """``pylog.zip`` of the installed pylog package (for ``--py-files``)."""
+    import pylog
+
+    package = Path(pylog.__file__).parent
+    target = directory / "pylog.zip"
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(package.rglob("*.py")):
+            archive.write(path, Path("pylog") / path.relative_to(package))
+    return target
+
+
+def build_command(args, spark_submit: str, py_files: Path, script: Path) -> list[str]:
+    command = [spark_submit, "--name", "pylog-load", "--py-files", str(py_files)]
+    if args.master:
+        command += ["--master", args.master]
+    if args.deploy_mode:
+        command += ["--deploy-mode", args.deploy_mode]
+    for setting in args.conf:
+        if "=" not in setting:
+            raise ConfigError("--conf", f"{setting!r} is not KEY=VALUE")
+        command += ["--conf", setting]
+    command += [str(script), "--config", str(Path(args.config).resolve())]
+    for flag in ("run_id", "topics", "since", "until"):
+        value = getattr(args, flag)
+        if value is not None:
+            command += [f"--{flag.replace('_', '-')}", value]
+    return command
+
+
+def spark_environment(config_path: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", env["PYSPARK_PYTHON"])
+    if "SPARK_CONF_DIR" not in env:
+        conf_dir = Path(config_path).resolve().parent
+        if (conf_dir / "spark-defaults.conf").is_file():
+            env["SPARK_CONF_DIR"] = str(conf_dir)
+    return env
+
+
+def run(args) -> int:
+    from pylog.etl.config import load_config
+
+    load_config(args.config)  # a bad config fails here, before Spark starts
+    spark_submit = find_spark_submit(args.spark_submit)
+    with tempfile.TemporaryDirectory(prefix="pylog-load-") as scratch:
+        directory = Path(scratch)
+        script = directory / "load_log.py"
+        script.write_text(JOB_SCRIPT)
+        command = build_command(args, spark_submit, zip_package(directory), script)
+        return subprocess.call(command, env=spark_environment(args.config))

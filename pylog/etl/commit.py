@@ -1,0 +1,121 @@
+"""Commit a run once every map task of a table has its done marker.
+
+Scheduled load: check the bad-record threshold, then write the new offsets snapshot
+(temp + rename) -- that is the commit point -- then the audit entry and the committed
+marker. A crash between them is finished by a rerun: a snapshot carrying the run id
+means the run committed.
+
+Backfill: check the threshold, write the swap journal (the partitions to replace),
+then per partition move the live directory to the run's trash and the staged one into
+place. A rerun replays the journal, skipping partitions already swapped. The committed
+offsets are never touched.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from pylog.etl.config import TopicConfig
+from pylog.etl.errors import BadRecordThresholdError, LoaderError
+from pylog.etl.fs import Storage
+from pylog.etl.layout import staging_root, table_root, trash_root
+from pylog.etl.model import AuditEntry, OffsetsSnapshot, PartitionAudit, TablePlan, TaskDoneMarker
+from pylog.etl.state import StateStore
+
+
+def commit(state: StateStore, warehouse: Storage, plan: TablePlan, config: TopicConfig,
+           markers: list[TaskDoneMarker]) -> AuditEntry:
+    """Commit ``plan`` (idempotent); returns its audit entry."""
+    if len(markers) != len(plan.ranges):
+        raise LoaderError(f"table {plan.table}: {len(markers)} of {len(plan.ranges)} tasks finished; "
+                          f"not committing run {plan.run_id!r}")
+    check_threshold(plan, config, markers)
+    replaced: list[str] = []
+    if plan.kind == "backfill":
+        replaced = _swap_partitions(state, warehouse, plan, config)
+    else:
+        snapshot = state.offsets_snapshot(plan.table)
+        if snapshot is None or snapshot.run_id != plan.run_id:
+            offsets = dict(snapshot.offsets) if snapshot else {}
+            offsets.update(plan.end_offsets)
+            state.write_offsets(OffsetsSnapshot(plan.table, plan.topic, plan.run_id, state.now_ms(), offsets))
+    audit = build_audit(state, plan, markers, replaced)
+    state.write_audit(audit)
+    state.mark_committed(plan.table, plan.run_id)
+    state.clear_pending(plan.table, plan.run_id)
+    if plan.kind == "backfill":
+        warehouse.delete(staging_root(warehouse, plan.run_id, plan.table))
+        warehouse.delete(staging_root(warehouse, plan.run_id, config.quarantine_table))
+        warehouse.delete(trash_root(warehouse, plan.run_id, plan.table))
+        warehouse.delete(trash_root(warehouse, plan.run_id, config.quarantine_table))
+    return state.audit_for_run(plan.table, plan.run_id) or audit
+
+
+def check_threshold(plan: TablePlan, config: TopicConfig, markers: list[TaskDoneMarker]) -> None:
+    fetched = sum(m.records_fetched for m in markers)
+    bad = sum(m.quarantined for m in markers)
+    if bad > config.max_bad_records or (fetched and bad / fetched > config.max_bad_ratio):
+        raise BadRecordThresholdError(
+            f"table {plan.table}: {bad} of {fetched} records could not be decoded (limits: "
+            f"topics.{config.topic}.max_bad_records {config.max_bad_records}, max_bad_ratio "
+            f"{config.max_bad_ratio}); they are in table {config.quarantine_table}. Offsets were not "
+            f"committed: fix the producer or raise the limit, then rerun run id {plan.run_id!r}.")
+
+
+def _swap_partitions(state: StateStore, warehouse: Storage, plan: TablePlan,
+                     config: TopicConfig) -> list[str]:
+    journal = state.read_swap(plan.table, plan.run_id)
+    if journal is None:
+        journal = [[table, *parts]
+                   for table in (plan.table, config.quarantine_table)
+                   for parts in _partition_dirs(warehouse, staging_root(warehouse, plan.run_id, table))]
+        state.write_swap(plan.table, plan.run_id, journal)
+    for table, *parts in journal:
+        staged = warehouse.child(staging_root(warehouse, plan.run_id, table), *parts)
+        if not warehouse.exists(staged):
+            continue  # swapped before a crash
+        live = warehouse.child(table_root(warehouse, table), *parts)
+        trash = warehouse.child(trash_root(warehouse, plan.run_id, table), *parts)
+        if warehouse.exists(live):
+            warehouse.delete(trash)
+            warehouse.move(live, trash)
+        warehouse.move(staged, live)
+    # Hive partition specs for the audit, e.g. "page_views dt=2026-11-20/hr=07".
+    return [f"{table} {'/'.join(parts)}" for table, *parts in journal]
+
+
+def _partition_dirs(warehouse: Storage, root: str) -> list[tuple[str, ...]]:
+    """``(dt=..., hr=...)`` of every leaf partition directory under ``root``."""
+    found = []
+    for dt in warehouse.list_dir(root):
+        if not dt.startswith("dt="):
+            continue
+        hours = [h for h in warehouse.list_dir(warehouse.child(root, dt)) if h.startswith("hr=")]
+        found += [(dt, hr) for hr in hours] if hours else [(dt,)]
+    return found
+
+
+def build_audit(state: StateStore, plan: TablePlan, markers: list[TaskDoneMarker],
+                replaced: list[str]) -> AuditEntry:
+    per_partition: dict[int, list[TaskDoneMarker]] = defaultdict(list)
+    for marker in markers:
+        per_partition[marker.range.partition].append(marker)
+    partitions = tuple(
+        PartitionAudit(plan.topic, p, plan.start_offsets[p], plan.end_offsets[p],
+                       sum(m.records_fetched for m in per_partition[p]),
+                       sum(m.rows_written for m in per_partition[p]),
+                       sum(m.quarantined for m in per_partition[p]))
+        for p in sorted(plan.start_offsets))
+    now = state.now_ms()
+    return AuditEntry(
+        run_id=plan.run_id, kind=plan.kind, table=plan.table, topic=plan.topic, committed_at_ms=now,
+        records_fetched=sum(m.records_fetched for m in markers),
+        rows_written=sum(m.rows_written for m in markers),
+        quarantined=sum(m.quarantined for m in markers),
+        bytes_fetched=sum(m.bytes_fetched for m in markers),
+        bytes_written=sum(m.bytes_written for m in markers),
+        seconds=round((now - plan.created_at_ms) / 1000, 3),
+        task_seconds=round(sum(m.seconds for m in markers), 3),
+        ranges=plan.ranges, partitions=partitions,
+        gaps=plan.gaps + tuple(g for m in markers for g in m.gaps),
+        window_ms=plan.window_ms, replaced_partitions=tuple(replaced), notes=plan.notes)

@@ -1,0 +1,58 @@
+"""Where the loader's tables live in the warehouse, and how their files are named.
+
+Hive-style layout, read by Spark (partition discovery), DuckDB (hive_partitioning),
+Trino and pyarrow::
+
+    <warehouse>/<table>/dt=YYYY-MM-DD/hr=HH/<topic>-<partition>-<first>-<last>.parquet
+    <warehouse>/<table>_quarantine/dt=.../hr=.../<topic>-<partition>-<first>-<last>.parquet
+
+``first``/``last`` are the first and last offsets of the task's planned range, so a retry
+or a rerun writes the same names and replaces its own files instead of adding copies.
+With ``partitioning: [dt]`` the ``hr=`` level is absent.
+
+A backfill writes the same layout under ``<warehouse>/_staging/<run>/<table>/`` and at
+commit swaps each staged partition directory into the table, moving the old one to
+``<warehouse>/_trash/<run>/<table>/`` (deleted once the run is committed). Names starting
+with ``_`` are outside every table, so readers never see staging or trash.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from pylog.etl.fs import Storage
+from pylog.etl.model import TaskRange
+from pylog.etl.state import run_dir_name
+
+HOUR_MS = 3_600_000
+DAY_MS = 24 * HOUR_MS
+
+
+def bucket_ms(partitioning: tuple[str, ...]) -> int:
+    """Width of one table partition in milliseconds."""
+    return HOUR_MS if "hr" in partitioning else DAY_MS
+
+
+def partition_parts(bucket_start_ms: int, partitioning: tuple[str, ...]) -> tuple[str, ...]:
+    """``("dt=2026-11-20", "hr=07")`` for the partition holding ``bucket_start_ms``."""
+    moment = datetime.fromtimestamp(bucket_start_ms / 1000, tz=timezone.utc)
+    parts = [f"dt={moment:%Y-%m-%d}"]
+    if "hr" in partitioning:
+        parts.append(f"hr={moment:%H}")
+    return tuple(parts)
+
+
+def table_root(warehouse: Storage, table: str) -> str:
+    return warehouse.join(table)
+
+
+def staging_root(warehouse: Storage, run_id: str, table: str) -> str:
+    return warehouse.join("_staging", run_dir_name(run_id), table)
+
+
+def trash_root(warehouse: Storage, run_id: str, table: str) -> str:
+    return warehouse.join("_trash", run_dir_name(run_id), table)
+
+
+def data_file(warehouse: Storage, root: str, parts: tuple[str, ...], task_range: TaskRange) -> str:
+    return warehouse.child(root, *parts, f"{task_range.name}.parquet")

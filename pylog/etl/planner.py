@@ -1,0 +1,103 @@
+"""Plan a run: the offset ranges each table's map tasks read.
+
+Scheduled load: per partition from the committed offset (or the new-partition policy)
+to the latest offset. Backfill: per partition from the offset at ``since`` to the offset
+at ``until``, but never past the scheduled load's committed offset -- records after it are
+the scheduled load's to write, so the two never write the same record twice.
+
+Ranges longer than ``max_records_per_task`` offsets are split. Ranges are ordered by
+the partition leader's broker id, so a scheduler can group them by broker; each task
+still looks the leader up again when it runs.
+"""
+
+from __future__ import annotations
+
+from pylog.errors import PylogError
+from pylog.etl.config import TopicConfig
+from pylog.etl.errors import LoaderError, RetentionGapError
+from pylog.etl.model import BACKFILL, SCHEDULED, OffsetGap, TablePlan, TaskRange
+from pylog.etl.state import StateStore
+
+
+def split_range(topic: str, partition: int, start: int, end: int, max_records: int,
+                leader_id: int = -1) -> list[TaskRange]:
+    """``[start, end)`` as consecutive ranges of at most ``max_records`` offsets."""
+    return [TaskRange(topic, partition, low, min(low + max_records, end), leader_id)
+            for low in range(start, end, max_records)]
+
+
+def plan_scheduled(run_id: str, config: TopicConfig, consumer, state: StateStore) -> TablePlan:
+    committed = state.committed_offsets(config.table)
+    starts, ends, gaps, notes = {}, {}, [], []
+    for partition in sorted(consumer.partitions_for(config.topic)):
+        earliest = consumer.earliest_offset(config.topic, partition)
+        latest = consumer.latest_offset(config.topic, partition)
+        if partition in committed:
+            start = committed[partition]
+            if start < earliest:
+                if config.on_retention_gap == "fail":
+                    raise RetentionGapError(config.topic, partition, start, earliest)
+                gaps.append(OffsetGap(config.topic, partition, start, earliest, "deleted by retention"))
+                start = earliest
+            if start > latest:
+                raise LoaderError(
+                    f"topic {config.topic} partition {partition}: committed offset {start} is past the "
+                    f"latest offset {latest}; the log was truncated or replaced")
+        else:
+            start = _new_partition_start(config, consumer, partition, earliest, latest)
+            notes.append(f"partition {partition} is new: starting at {start} "
+                         f"({config.new_partitions.kind})")
+        starts[partition], ends[partition] = start, latest
+    return _plan(run_id, SCHEDULED, config, consumer, state, starts, ends, gaps, notes, None)
+
+
+def plan_backfill(run_id: str, config: TopicConfig, consumer, state: StateStore,
+                  window_ms: tuple[int, int]) -> TablePlan:
+    committed = state.committed_offsets(config.table)
+    partitions = sorted(consumer.partitions_for(config.topic))
+    since = consumer.offsets_for_times(config.topic, {p: window_ms[0] for p in partitions})
+    until = consumer.offsets_for_times(config.topic, {p: window_ms[1] for p in partitions})
+    starts, ends, notes = {}, {}, []
+    for partition in partitions:
+        if partition not in committed:
+            notes.append(f"partition {partition} skipped: the scheduled load has not loaded it yet")
+            continue
+        earliest = consumer.earliest_offset(config.topic, partition)
+        latest = consumer.latest_offset(config.topic, partition)
+        start = since.get(partition)
+        start = latest if start is None or start < 0 else max(start, earliest)
+        end = until.get(partition)
+        end = latest if end is None or end < 0 else end
+        end = min(end, committed[partition])
+        starts[partition], ends[partition] = start, max(start, end)
+    return _plan(run_id, BACKFILL, config, consumer, state, starts, ends, [], notes, window_ms)
+
+
+def _plan(run_id, kind, config, consumer, state, starts, ends, gaps, notes, window_ms) -> TablePlan:
+    ranges: list[TaskRange] = []
+    for partition, start in starts.items():
+        if ends[partition] > start:
+            leader = _leader_id(consumer, config.topic, partition)
+            ranges += split_range(config.topic, partition, start, ends[partition],
+                                  config.max_records_per_task, leader)
+    ranges.sort(key=lambda r: (r.leader_id, r.topic, r.partition, r.start))
+    return TablePlan(run_id=run_id, kind=kind, table=config.table, topic=config.topic,
+                     created_at_ms=state.now_ms(), ranges=tuple(ranges), start_offsets=starts,
+                     end_offsets=ends, gaps=tuple(gaps), window_ms=window_ms, notes=tuple(notes))
+
+
+def _new_partition_start(config: TopicConfig, consumer, partition: int, earliest: int, latest: int) -> int:
+    policy = config.new_partitions
+    if policy.kind == "earliest":
+        return earliest
+    if policy.kind == "latest":
+        return latest
+    found = consumer.offsets_for_times(config.topic, {partition: policy.timestamp_ms}).get(partition)
+    return latest if found is None or found < 0 else max(found, earliest)
+
+
+def _leader_id(consumer, topic: str, partition: int) -> int:
+    try:
+        return consumer.leader_for(topic, partition).broker_id
+    except PylogError:  # an offline partition: the task finds the leader when it runs
+        return -1
