@@ -1,0 +1,197 @@
+"""The ZooKeeper layout of a pylog cluster (Kafka's 0.8-era layout) and its JSON nodes.
+
+Pure code: paths and encode/decode of node data, no ZooKeeper calls. All paths are
+relative to the chroot given in ``zookeeper.connect``.
+
+``/cluster/id`` (persistent)::
+
+    {"version": "1", "id": "<22-char url-safe base64 uuid>"}
+
+``/brokers/ids/<id>`` (ephemeral, one per live broker)::
+
+    {"version": 2, "host": "127.0.0.1", "port": 9092,
+     "endpoints": ["PLAINTEXT://127.0.0.1:9092"], "jmx_port": -1,
+     "timestamp": "1700000000000"}            (+ "rack": "r1" and version 3 with a rack)
+
+``/brokers/topics/<topic>`` (persistent, replica assignment)::
+
+    {"version": 1, "partitions": {"0": [1, 2], "1": [2, 0]}}
+
+``/brokers/topics/<topic>/partitions/<p>/state`` (persistent, written by the controller)::
+
+    {"controller_epoch": 3, "leader": 1, "version": 1, "leader_epoch": 0, "isr": [1]}
+
+``/controller`` (ephemeral, the elected controller)::
+
+    {"version": 1, "brokerid": 1, "timestamp": "1700000000000"}
+
+``/controller_epoch`` (persistent): the decimal epoch, incremented by each new controller.
+
+``/config/topics/<topic>`` (persistent): ``{"version": 1, "config": {"retention.ms": "1000"}}``
+
+``/admin/delete_topics/<topic>`` (persistent, empty): a deletion request the controller
+carries out and then removes.
+
+Consumer groups of the seeds' high-level consumer live under ``/consumers/<group>/``:
+``ids/<consumer id>`` (ephemeral, subscription JSON), ``owners/<topic>/<p>`` (ephemeral,
+owning consumer id) and ``offsets/<topic>/<p>`` (persistent, decimal next offset).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Mapping
+
+from pylog.cluster.metadata import NO_LEADER
+from pylog.types import BrokerEndpoint
+
+CLUSTER_ID = "/cluster/id"
+BROKER_IDS = "/brokers/ids"
+BROKER_TOPICS = "/brokers/topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+CONFIG_TOPICS = "/config/topics"
+DELETE_TOPICS = "/admin/delete_topics"
+CONSUMERS = "/consumers"
+
+# Created at start so watches on them always have a node to sit on.
+PERSISTENT_ROOTS = (BROKER_IDS, BROKER_TOPICS, CONFIG_TOPICS, DELETE_TOPICS, "/cluster")
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{BROKER_TOPICS}/{topic}"
+
+
+def partitions_path(topic: str) -> str:
+    return f"{BROKER_TOPICS}/{topic}/partitions"
+
+
+def partition_path(topic: str, partition: int) -> str:
+    return f"{BROKER_TOPICS}/{topic}/partitions/{partition}"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{BROKER_TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def topic_config_path(topic: str) -> str:
+    return f"{CONFIG_TOPICS}/{topic}"
+
+
+def delete_topic_path(topic: str) -> str:
+    return f"{DELETE_TOPICS}/{topic}"
+
+
+_ENDPOINT = re.compile(r"^(?P<protocol>[A-Za-z_]+)://\[?(?P<host>[^\]]*)\]?:(?P<port>\d+)$")
+
+
+def _now_ms_text(now_ms: int) -> str:
+    return str(int(now_ms))
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    """What a broker publishes about itself at ``/brokers/ids/<id>``."""
+
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+    @property
+    def endpoint(self) -> BrokerEndpoint:
+        return BrokerEndpoint(self.broker_id, self.host, self.port, self.rack)
+
+    def encode(self, now_ms: int) -> bytes:
+        node = {"version": 3 if self.rack else 2, "host": self.host, "port": self.port,
+                "endpoints": [f"PLAINTEXT://{self.host}:{self.port}"], "jmx_port": -1,
+                "timestamp": _now_ms_text(now_ms)}
+        if self.rack:
+            node["rack"] = self.rack
+        return json.dumps(node).encode()
+
+    @classmethod
+    def decode(cls, broker_id: int, data: bytes) -> "BrokerRegistration":
+        node = json.loads(data)
+        host, port = node.get("host"), node.get("port", -1)
+        # Newer registrations may leave host/port empty and list only endpoints.
+        for endpoint in node.get("endpoints", []):
+            match = _ENDPOINT.match(endpoint)
+            if match and match["protocol"] == "PLAINTEXT":
+                host, port = match["host"], int(match["port"])
+                break
+        return cls(broker_id, host or "", int(port), node.get("rack"))
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStateNode:
+    """Leader and ISR of one partition as the controller wrote it."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+
+    @property
+    def online(self) -> bool:
+        return self.leader != NO_LEADER
+
+    def encode(self) -> bytes:
+        return json.dumps({"controller_epoch": self.controller_epoch, "leader": self.leader,
+                           "version": 1, "leader_epoch": self.leader_epoch,
+                           "isr": list(self.isr)}).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> "PartitionStateNode":
+        node = json.loads(data)
+        return cls(int(node["leader"]), int(node["leader_epoch"]),
+                   tuple(int(b) for b in node.get("isr", [])), int(node["controller_epoch"]))
+
+
+def encode_assignment(assignment: Mapping[int, tuple[int, ...]]) -> bytes:
+    return json.dumps({"version": 1, "partitions": {
+        str(p): list(replicas) for p, replicas in sorted(assignment.items())}}).encode()
+
+
+def decode_assignment(data: bytes) -> dict[int, tuple[int, ...]]:
+    node = json.loads(data)
+    return {int(p): tuple(int(b) for b in replicas)
+            for p, replicas in node.get("partitions", {}).items()}
+
+
+def encode_controller(broker_id: int, now_ms: int) -> bytes:
+    return json.dumps({"version": 1, "brokerid": broker_id,
+                       "timestamp": _now_ms_text(now_ms)}).encode()
+
+
+def decode_controller(data: bytes) -> int:
+    return int(json.loads(data)["brokerid"])
+
+
+def encode_topic_config(configs: Mapping[str, str]) -> bytes:
+    return json.dumps({"version": 1, "config": {k: str(v) for k, v in configs.items()}}).encode()
+
+
+def decode_topic_config(data: bytes) -> dict[str, str]:
+    return {k: str(v) for k, v in json.loads(data).get("config", {}).items()}
+
+
+def new_cluster_id() -> str:
+    """A cluster id as Kafka makes them: a random UUID in url-safe base64, unpadded."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+def encode_cluster_id(cluster_id: str) -> bytes:
+    return json.dumps({"version": "1", "id": cluster_id}).encode()
+
+
+def decode_cluster_id(data: bytes) -> str:
+    return str(json.loads(data)["id"])

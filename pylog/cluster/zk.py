@@ -1,0 +1,282 @@
+"""``ZkClusterMetadata``: the ClusterMetadata of a broker in cluster mode (ZooKeeper).
+
+Construction connects to ``zookeeper.connect`` (creating the chroot), makes sure the
+cluster id exists, registers the broker (refused with BrokerIdInUseError if its id is
+taken), starts the watched view and enters the controller election.
+
+Threads: reads come from the view's snapshots on the caller's thread. Kazoo's threads
+deliver watches and session events; they only update the view and *request* work from
+one worker thread, which registers, elects and, while controller, reconciles partition
+states. Listeners added with ``add_listener`` run on kazoo's callback thread and must
+return quickly.
+
+Session handling: when the connection is suspended or the session lost, the broker stops
+reporting itself as leader of anything at once. When connected again under the same
+session it resumes; under a new session it first registers again and re-reads cluster
+state, and only then claims leadership.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable, Mapping
+
+from kazoo.client import KazooState
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from pylog.cluster import layout, view as view_events
+from pylog.cluster.controller import Controller
+from pylog.cluster.layout import BrokerRegistration
+from pylog.cluster.metadata import NO_LEADER, PartitionState, TopicMetadata
+from pylog.cluster.placement import assign_replicas, validate_topic_name
+from pylog.cluster.registry import BrokerIdInUseError, BrokerRegistry
+from pylog.cluster.session import close_client, connect_client
+from pylog.cluster.view import ClusterView
+from pylog.cluster.worker import CoalescingWorker
+from pylog.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from pylog.types import BrokerEndpoint
+
+log = logging.getLogger(__name__)
+
+# View changes after which the controller has to look at partition states again.
+_CONTROLLER_EVENTS = {view_events.BROKERS, view_events.TOPICS, view_events.ASSIGNMENT,
+                      view_events.DELETIONS}
+
+
+class ZkClusterMetadata:
+    """Cluster state of one broker, kept in ZooKeeper.
+
+    Parameters:
+        connect: ``zookeeper.connect``, ``host:port[,host:port...][/chroot]``.
+        broker_id, host, port, rack: this broker and the address clients reach it at.
+        session_timeout_ms: ``zookeeper.session.timeout.ms`` (the server may clamp it).
+        connection_timeout_ms: ``zookeeper.connection.timeout.ms``, for the first connect.
+        admin_timeout: how long create_topic/delete_topic wait for the controller to act.
+
+    Raises ZooKeeperUnavailableError if ZooKeeper cannot be reached and
+    BrokerIdInUseError if another live broker holds ``broker_id``.
+
+    >>> metadata = ZkClusterMetadata("127.0.0.1:2181/pylog", 1, "127.0.0.1", 9092)
+    >>> metadata.create_topic("events", num_partitions=6)
+    """
+
+    def __init__(self, connect: str, broker_id: int, host: str, port: int,
+                 rack: str | None = None, *, session_timeout_ms: int = 18000,
+                 connection_timeout_ms: int = 18000, admin_timeout: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.local_broker_id = broker_id
+        self._admin_timeout = admin_timeout
+        self._clock = clock
+        self._listeners: list[Callable[[], None]] = []
+        self._changed = threading.Condition()
+        self._closed = False
+        self._registered_session: int | None = None
+        self._session_timeout = session_timeout_ms / 1000
+        self._client = connect_client(connect, session_timeout_ms / 1000,
+                                      connection_timeout_ms / 1000)
+        try:
+            self._start(BrokerRegistration(broker_id, host, port, rack))
+        except BaseException:
+            close_client(self._client)
+            raise
+
+    def _start(self, registration: BrokerRegistration) -> None:
+        for path in layout.PERSISTENT_ROOTS:
+            self._client.ensure_path(path)
+        self.cluster_id = self._ensure_cluster_id()
+        self._registry = BrokerRegistry(self._client, registration, clock=self._clock)
+        self._registry.register(stale_wait=self._session_timeout)
+        self._registered_session = self._session_id()
+        self._controller = Controller(self._client, self.local_broker_id)
+        self._view = ClusterView(self._client, self.local_broker_id, self._on_view_change)
+        self._worker = CoalescingWorker(f"pylog-zk-{self.local_broker_id}", [
+            # "notify" first, so listeners see the hidden leadership before it comes back.
+            ("notify", self._notify),
+            ("session", self._recover_session),
+            ("elect", self._elect),
+            ("reconcile", self._controller.reconcile),
+        ])
+        self._view.set_claim_leadership(True)
+        self._view.start()
+        self._client.add_listener(self._on_session_state)
+        self._worker.start()
+        self._worker.request("elect")
+
+    def _session_id(self) -> int | None:
+        client_id = self._client.client_id
+        return client_id[0] if client_id else None
+
+    def _ensure_cluster_id(self) -> str:
+        try:
+            self._client.create(layout.CLUSTER_ID,
+                                layout.encode_cluster_id(layout.new_cluster_id()))
+        except NodeExistsError:
+            pass
+        data, _ = self._client.get(layout.CLUSTER_ID)
+        return layout.decode_cluster_id(data)
+
+    # -- ClusterMetadata reads ---------------------------------------------------------
+
+    def controller_id(self) -> int:
+        return self._view.controller_id()
+
+    def brokers(self) -> list[BrokerEndpoint]:
+        return self._view.brokers()
+
+    def topics(self) -> Mapping[str, TopicMetadata]:
+        return self._view.topics()
+
+    def topic(self, name: str) -> TopicMetadata | None:
+        return self._view.topic(name)
+
+    def is_controller(self) -> bool:
+        return self._controller.active
+
+    @property
+    def session(self) -> tuple[int, bytes] | None:
+        """The ZooKeeper session (id, password), or None while disconnected."""
+        return self._client.client_id
+
+    # -- ClusterMetadata changes -------------------------------------------------------
+
+    def create_topic(self, name: str, num_partitions: int, replication_factor: int = 1,
+                     configs: Mapping[str, str] | None = None) -> TopicMetadata:
+        """Place the topic over the live brokers and write its assignment.
+
+        Waits up to ``admin_timeout`` for the controller to elect the partitions' leaders;
+        partitions still without state are returned with leader -1.
+        Raises TopicAlreadyExistsError, InvalidTopicError, InvalidPartitionsError,
+        InvalidReplicationFactorError.
+        """
+        validate_topic_name(name)
+        live = [int(child) for child in self._client.get_children(layout.BROKER_IDS)]
+        assignment = assign_replicas(num_partitions, replication_factor, live)
+        if self._view.topic(name) is not None or self._client.exists(layout.topic_path(name)):
+            raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+        config_data = layout.encode_topic_config(configs or {})
+        txn = self._client.transaction()
+        txn.create(layout.topic_path(name), layout.encode_assignment(assignment))
+        if self._client.exists(layout.topic_config_path(name)):
+            txn.set_data(layout.topic_config_path(name), config_data)
+        else:
+            txn.create(layout.topic_config_path(name), config_data)
+        results = txn.commit()
+        if any(isinstance(result, NodeExistsError) for result in results[:1]):
+            raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+        log.info("created topic %s with assignment %s", name, assignment)
+        self._wait_for(lambda: _all_led(self._view.topic(name), assignment))
+        return self._view.topic(name) or _offline_topic(name, assignment, configs or {})
+
+    def delete_topic(self, name: str) -> None:
+        """Ask the controller to delete the topic; waits up to ``admin_timeout`` for it.
+
+        Raises UnknownTopicOrPartitionError if it does not exist.
+        """
+        if self._view.topic(name) is None and not self._client.exists(layout.topic_path(name)):
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        try:
+            self._client.create(layout.delete_topic_path(name))
+        except NodeExistsError:
+            pass
+        self._wait_for(lambda: self._view.topic(name) is None)
+
+    def add_listener(self, callback: Callable[[], None]) -> None:
+        self._listeners.append(callback)
+
+    def close(self) -> None:
+        """Leave the cluster: the registration (and controllership) go with the session."""
+        if self._closed:
+            return
+        self._closed = True
+        self._client.remove_listener(self._on_session_state)
+        self._worker.stop()
+        close_client(self._client)
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _wait_for(self, condition: Callable[[], bool]) -> bool:
+        deadline = self._clock() + self._admin_timeout
+        with self._changed:
+            while not condition():
+                remaining = deadline - self._clock()
+                if remaining <= 0:
+                    return False
+                self._changed.wait(min(remaining, 0.5))
+        return True
+
+    def _on_view_change(self, kind: str) -> None:
+        if self._closed:
+            return
+        if kind in _CONTROLLER_EVENTS and self._controller.active:
+            self._worker.request("reconcile")
+        if kind == view_events.CONTROLLER and (
+                self._view.controller_id() == NO_LEADER or self._controller.active):
+            self._worker.request("elect")
+        self._notify()
+
+    def _notify(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
+        for callback in list(self._listeners):
+            try:
+                callback()
+            except Exception:  # noqa: BLE001 -- a listener's bug must not stop the watches
+                log.exception("cluster metadata listener failed")
+
+    def _on_session_state(self, state: str) -> None:
+        """Kazoo's connection thread: no blocking calls here."""
+        if state == KazooState.CONNECTED:
+            self._worker.request("session")
+            return
+        if state == KazooState.LOST:
+            self._controller.resign()
+            self._registered_session = None
+        if self._view.set_claim_leadership(False):
+            log.warning("broker %d: ZooKeeper session %s; not claiming leadership",
+                        self.local_broker_id, state.lower())
+            self._worker.request("notify")
+
+    def _recover_session(self) -> None:
+        if not self._client.connected:
+            return
+        session_id = self._session_id()
+        if session_id is None:
+            return
+        if self._registered_session != session_id:
+            self._view.set_claim_leadership(False)
+            try:
+                self._registry.register(stale_wait=self._session_timeout)
+            except BrokerIdInUseError:
+                log.error("broker %d cannot register again: its id was taken meanwhile",
+                          self.local_broker_id, exc_info=True)
+                return
+            self._view.refresh()
+            self._registered_session = session_id
+            log.info("broker %d registered again under a new ZooKeeper session",
+                     self.local_broker_id)
+        if self._view.set_claim_leadership(True):
+            self._notify()
+        self._elect()
+
+    def _elect(self) -> None:
+        if self._registered_session is None or self._registered_session != self._session_id():
+            return
+        if self._controller.elect():
+            self._controller.reconcile()
+
+
+def _all_led(topic: TopicMetadata | None, assignment: Mapping[int, tuple[int, ...]]) -> bool:
+    """Every partition of the new topic has a state node written by the controller."""
+    return topic is not None and len(topic.partitions) == len(assignment) and all(
+        state.leader != NO_LEADER or state.isr for state in topic.partitions.values())
+
+
+def _offline_topic(name: str, assignment: Mapping[int, tuple[int, ...]],
+                   configs: Mapping[str, str]) -> TopicMetadata:
+    return TopicMetadata(name, {p: PartitionState(p, NO_LEADER, 0, replicas, ())
+                                for p, replicas in assignment.items()}, dict(configs))

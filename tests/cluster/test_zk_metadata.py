@@ -1,0 +1,131 @@
+"""ZkClusterMetadata against a real ZooKeeper: several brokers' cluster state in one process."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from pylog.cluster import layout
+from pylog.cluster.metadata import NO_LEADER
+from pylog.cluster.registry import BrokerIdInUseError
+from pylog.cluster.session import ZooKeeperUnavailableError, split_connect
+from pylog.errors import (ConfigError, InvalidPartitionsError, InvalidReplicationFactorError,
+                          InvalidTopicError, TopicAlreadyExistsError,
+                          UnknownTopicOrPartitionError)
+from pylog.testing.process import free_port
+from tests.cluster.conftest import wait_until
+
+
+def leaders(metadata, topic):
+    found = metadata.topic(topic)
+    return None if found is None else {p: s.leader for p, s in found.partitions.items()}
+
+
+def test_brokers_register_ephemeral_nodes_in_the_seed_format(start_broker, zk_client):
+    brokers = [start_broker(broker_id) for broker_id in (2, 0, 1)]
+    node, stat = zk_client.get("/brokers/ids/2")
+    assert stat.ephemeralOwner != 0
+    registration = json.loads(node)
+    assert registration["host"] == "127.0.0.1" and registration["port"] == 9002
+    assert registration["endpoints"] == ["PLAINTEXT://127.0.0.1:9002"]
+    assert registration["jmx_port"] == -1 and int(registration["timestamp"]) > 0
+    for metadata in brokers:
+        wait_until(lambda: [b.broker_id for b in metadata.brokers()] == [0, 1, 2],
+                   message="all three brokers in every view")
+    assert brokers[0].brokers()[1].address == "127.0.0.1:9001"
+    assert len({metadata.cluster_id for metadata in brokers}) == 1
+    assert zk_client.get("/cluster/id")[0] == layout.encode_cluster_id(brokers[0].cluster_id)
+
+
+def test_nodes_live_under_the_chroot(start_broker, zookeeper, zk_connect):
+    from kazoo.client import KazooClient
+
+    start_broker(1)
+    root = KazooClient(hosts=zookeeper.connect_string)
+    root.start()
+    try:
+        chroot = split_connect(zk_connect)[1]
+        assert root.exists(f"{chroot}/brokers/ids/1") is not None
+        assert root.exists("/brokers/ids/1") is None
+    finally:
+        root.stop()
+        root.close()
+
+
+def test_second_broker_with_the_same_id_is_refused(start_broker):
+    start_broker(5)
+    with pytest.raises(BrokerIdInUseError, match="broker.id 5 is already registered"):
+        start_broker(5, port=9999)
+
+
+def test_unreachable_zookeeper_and_bad_connect_string_are_clear_errors(start_broker):
+    with pytest.raises(ZooKeeperUnavailableError, match="could not connect to ZooKeeper"):
+        start_broker(1, connect=f"127.0.0.1:{free_port()}", connection_timeout_ms=1000)
+    with pytest.raises(ConfigError, match="zookeeper.connect"):
+        split_connect("/just-a-chroot")
+
+
+def test_topic_placement_and_leaders_follow_the_seed_rule(start_broker, zk_client):
+    brokers = [start_broker(broker_id) for broker_id in (10, 20, 30)]
+    wait_until(lambda: len(brokers[1].brokers()) == 3, message="three live brokers")
+    created = brokers[1].create_topic("spread", num_partitions=5, replication_factor=2,
+                                      configs={"retention.ms": "60000"})
+    expected = {0: (10, 20), 1: (20, 30), 2: (30, 10), 3: (10, 20), 4: (20, 30)}
+    assert {p: s.replicas for p, s in created.partitions.items()} == expected
+    assert {p: s.leader for p, s in created.partitions.items()} == {
+        p: replicas[0] for p, replicas in expected.items()}
+    assert json.loads(zk_client.get("/brokers/topics/spread")[0]) == {
+        "version": 1, "partitions": {str(p): list(r) for p, r in expected.items()}}
+    state = json.loads(zk_client.get("/brokers/topics/spread/partitions/2/state")[0])
+    assert state["leader"] == 30 and state["isr"] == [30] and state["leader_epoch"] == 0
+    assert state["version"] == 1 and state["controller_epoch"] >= 1
+    assert json.loads(zk_client.get("/config/topics/spread")[0])["config"] == {
+        "retention.ms": "60000"}
+    for metadata in brokers:
+        wait_until(lambda: leaders(metadata, "spread") == {
+            p: r[0] for p, r in expected.items()}, message="every view shows the leaders")
+        assert metadata.topic("spread").configs == {"retention.ms": "60000"}
+
+
+def test_topic_creation_errors(start_broker):
+    first, _ = start_broker(1), start_broker(2)
+    wait_until(lambda: len(first.brokers()) == 2, message="two live brokers")
+    with pytest.raises(InvalidReplicationFactorError):
+        first.create_topic("too-many", 1, replication_factor=3)
+    with pytest.raises(InvalidPartitionsError):
+        first.create_topic("none", 0)
+    with pytest.raises(InvalidTopicError):
+        first.create_topic("bad name", 1)
+    first.create_topic("once", 2)
+    with pytest.raises(TopicAlreadyExistsError):
+        first.create_topic("once", 2)
+    assert first.topic("too-many") is None and first.topic("none") is None
+
+
+def test_listeners_fire_on_changes(start_broker):
+    first = start_broker(1)
+    changed = threading.Event()
+    first.add_listener(changed.set)
+    second = start_broker(2)
+    second.create_topic("noticed", 1)
+    wait_until(changed.is_set, message="a listener call")
+    wait_until(lambda: first.topic("noticed") is not None, message="the topic in the view")
+
+
+def test_delete_topic_removes_it_everywhere(start_broker, zk_client):
+    first, second = start_broker(1), start_broker(2)
+    wait_until(lambda: len(first.brokers()) == 2, message="two live brokers")
+    first.create_topic("doomed", 3)
+    wait_until(lambda: second.topic("doomed") is not None, message="topic seen")
+    second.delete_topic("doomed")
+    assert second.topic("doomed") is None
+    wait_until(lambda: first.topic("doomed") is None, message="topic gone from other view")
+    assert zk_client.exists("/brokers/topics/doomed") is None
+    assert zk_client.exists("/config/topics/doomed") is None
+    assert zk_client.get_children("/admin/delete_topics") == []
+    with pytest.raises(UnknownTopicOrPartitionError):
+        first.delete_topic("doomed")
+    recreated = first.create_topic("doomed", 1)
+    assert list(recreated.partitions) == [0]
