@@ -1,0 +1,12 @@
+"""Storage: a partition as an append-only log of record batches in segment files.
+
+``Log`` is one partition; ``LogManager`` owns many under one or more log dirs. See
+:mod:`pylog.log.layout` for the files on disk.
+"""
+
+from pylog.log.config import LogConfig
+from pylog.log.log import Log, LogClosedError
+from pylog.log.manager import LogManager
+from pylog.log.results import AppendInfo, FileRegion, ReadResult
+
+__all__ = ["AppendInfo", "FileRegion", "Log", "LogClosedError", "LogConfig", "LogManager", "ReadResult"]

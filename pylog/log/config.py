@@ -1,0 +1,126 @@
+"""Per-partition log configuration: how segments roll, when data is flushed and deleted.
+
+Field names follow Kafka's topic configs (``segment.bytes`` -> ``segment_bytes``);
+:meth:`LogConfig.with_overrides` accepts the Kafka spelling, so topic configs from
+CreateTopics or ``server.properties`` map onto it directly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Mapping
+
+from pylog.errors import ConfigError
+
+DAY_MS = 24 * 3600 * 1000
+MAX_SEGMENT_BYTES = 2**31 - 1  # positions in the offset index are int32
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """How one partition log rolls, flushes and retains its segments.
+
+    Example::
+
+        cfg = LogConfig(segment_bytes=64 << 20, retention_ms=3600_000, flush_messages=1)
+
+    Raises ConfigError (naming the field) for an invalid value.
+    """
+
+    segment_bytes: int = 1 << 30
+    """Roll to a new segment when the active one would grow past this many bytes."""
+    segment_ms: int = 7 * DAY_MS
+    """Roll when the first batch of the active segment is older than this (ms)."""
+    segment_index_bytes: int = 10 * 1024 * 1024
+    """Maximum size of each segment's index files; a full index rolls the segment."""
+    index_interval_bytes: int = 4096
+    """Add an offset-index entry (and maybe a time-index entry) after this many log bytes."""
+    flush_messages: int | None = None
+    """fsync after this many records since the last flush (None: leave it to the OS)."""
+    flush_ms: int | None = None
+    """fsync when the last flush is older than this (ms), checked by LogManager (None: never)."""
+    retention_ms: int | None = 7 * DAY_MS
+    """Delete segments whose newest record is older than this (ms); None keeps them forever."""
+    retention_bytes: int | None = None
+    """Delete the oldest segments while the log is larger than this; None means no limit."""
+    expose_unflushed: bool = True
+    """Let readers see appended data before it is fsynced; False caps reads at the flushed offset."""
+    max_batch_size: int = 1048588
+    """Largest record batch accepted, in bytes including its 12-byte log overhead."""
+
+    def __post_init__(self) -> None:
+        _check_range("segment_bytes", self.segment_bytes, 128, MAX_SEGMENT_BYTES)
+        _check_range("segment_ms", self.segment_ms, 1, None)
+        _check_range("segment_index_bytes", self.segment_index_bytes, 12, MAX_SEGMENT_BYTES)
+        _check_range("index_interval_bytes", self.index_interval_bytes, 0, None)
+        _check_optional("flush_messages", self.flush_messages, 1)
+        _check_optional("flush_ms", self.flush_ms, 0)
+        _check_optional("retention_ms", self.retention_ms, 0)
+        _check_optional("retention_bytes", self.retention_bytes, 0)
+        _check_range("max_batch_size", self.max_batch_size, 61, None)
+        if not isinstance(self.expose_unflushed, bool):
+            raise ConfigError("expose_unflushed", f"expected true or false, got {self.expose_unflushed!r}")
+
+    def with_overrides(self, overrides: Mapping[str, object]) -> "LogConfig":
+        """Return a copy with Kafka topic configs applied (``{"retention.ms": "3600000"}``).
+
+        Accepts Kafka names (``segment.bytes``, ``retention.ms``, ``flush.messages`` ...) or
+        field names. ``-1`` means "none" for retention and flush settings, as in Kafka.
+        Raises ConfigError naming the key for an unknown key or a value that is not valid.
+        """
+        changes: dict[str, object] = {}
+        for key, raw in overrides.items():
+            field = _KAFKA_NAMES.get(key, key)
+            if field not in _FIELD_TYPES:
+                raise ConfigError(key, "not a log config")
+            changes[field] = _parse_value(key, field, raw)
+        return dataclasses.replace(self, **changes)
+
+
+_KAFKA_NAMES = {
+    "segment.bytes": "segment_bytes",
+    "segment.ms": "segment_ms",
+    "segment.index.bytes": "segment_index_bytes",
+    "index.interval.bytes": "index_interval_bytes",
+    "flush.messages": "flush_messages",
+    "flush.ms": "flush_ms",
+    "retention.ms": "retention_ms",
+    "retention.bytes": "retention_bytes",
+    "max.message.bytes": "max_batch_size",
+    "expose.unflushed": "expose_unflushed",
+}
+_FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(LogConfig)}
+_OPTIONAL = {"flush_messages", "flush_ms", "retention_ms", "retention_bytes"}
+
+
+def _parse_value(key: str, field: str, raw: object) -> object:
+    if field == "expose_unflushed":
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text not in ("true", "false"):
+            raise ConfigError(key, f"expected true or false, got {raw!r}")
+        return text == "true"
+    if raw is None and field in _OPTIONAL:
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise ConfigError(key, f"expected an integer, got {raw!r}") from None
+    if field in _OPTIONAL and value == -1:
+        return None
+    return value
+
+
+def _check_range(key: str, value: object, low: int, high: int | None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(key, f"expected an integer, got {value!r}")
+    if value < low or (high is not None and value > high):
+        bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise ConfigError(key, f"must be {bound}, got {value}")
+
+
+def _check_optional(key: str, value: object, low: int) -> None:
+    if value is not None:
+        _check_range(key, value, low, None)

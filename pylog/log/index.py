@@ -1,0 +1,188 @@
+"""The shared machinery of the sparse index files (``.index`` and ``.timeindex``).
+
+An index file is an array of fixed-size big-endian entries sorted by every field, with
+no header. :class:`AbstractIndex` maps it with ``mmap`` and does what both kinds need:
+binary search on either field, append, truncate, resize and close. Subclasses
+(:mod:`pylog.log.offset_index`, :mod:`pylog.log.time_index`) declare only the entry layout
+and the meaning of the fields.
+
+The active segment's index is preallocated to ``segment_index_bytes`` (a sparse file) so
+appends never remap; it is trimmed to its entries when the segment rolls or the log
+closes. After a crash the file may still have its preallocated length with zeros past
+the last real entry: such an index fails :meth:`sanity_check` and is rebuilt from the log,
+as are corrupt or missing index files.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from pylog.errors import KafkaStorageError
+
+
+class CorruptIndexError(KafkaStorageError):
+    """An index file does not agree with its layout or with the log; it is rebuilt from the log."""
+
+
+class IndexInvariantError(KafkaStorageError):
+    """An append would break the index's ordering (a bug in the caller, never bad input)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetPosition:
+    """An offset-index entry: the batch starting at ``offset`` is at byte ``position``."""
+
+    offset: int
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampOffset:
+    """A time-index entry: records up to ``offset`` have timestamps up to ``timestamp``."""
+
+    timestamp: int
+    offset: int
+
+
+class AbstractIndex:
+    """An mmap-ed array of ``ENTRY`` structs for the segment starting at ``base_offset``."""
+
+    ENTRY: struct.Struct
+
+    def __init__(self, path: Path, base_offset: int, max_index_size: int, *,
+                 writable: bool) -> None:
+        self.path = Path(path)
+        self.base_offset = base_offset
+        self._entry_size = self.ENTRY.size
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._file = os.fdopen(fd, "r+b", buffering=0)
+        length = os.fstat(fd).st_size
+        self._misaligned = length % self._entry_size != 0
+        self._entries = length // self._entry_size
+        self._mmap: mmap.mmap | None = None
+        self._max_entries = 0
+        self._map(max(length, self._round(max_index_size)) if writable else length)
+
+    # -- sizes ---------------------------------------------------------------------------
+
+    def _round(self, size: int) -> int:
+        return size - size % self._entry_size
+
+    @property
+    def entries(self) -> int:
+        return self._entries
+
+    @property
+    def max_entries(self) -> int:
+        return self._max_entries
+
+    @property
+    def is_full(self) -> bool:
+        return self._entries >= self._max_entries
+
+    @property
+    def size_bytes(self) -> int:
+        return self._entries * self._entry_size
+
+    def _map(self, length: int) -> None:
+        if self._mmap is not None:
+            self._mmap.close()
+            self._mmap = None
+        length = self._round(length)
+        if os.fstat(self._file.fileno()).st_size != length:
+            os.ftruncate(self._file.fileno(), length)
+        self._max_entries = length // self._entry_size
+        self._entries = min(self._entries, self._max_entries)
+        if length > 0:
+            self._mmap = mmap.mmap(self._file.fileno(), length)
+
+    def resize(self, new_size: int) -> None:
+        """Grow or shrink the file (rounded down to whole entries); entries past it are dropped."""
+        self.flush()
+        self._map(max(self._round(new_size), 0))
+
+    def trim_to_valid_size(self) -> None:
+        """Shrink the file to exactly its entries (done when a segment stops being active)."""
+        self.resize(self.size_bytes)
+
+    # -- entries -------------------------------------------------------------------------
+
+    def _entry(self, slot: int) -> tuple:
+        return self.ENTRY.unpack_from(self._mmap, slot * self._entry_size)
+
+    def _append_entry(self, *fields: int) -> None:
+        if self.is_full:
+            raise IndexInvariantError(f"{self.path}: index is full ({self._entries} entries)")
+        self.ENTRY.pack_into(self._mmap, self._entries * self._entry_size, *fields)
+        self._entries += 1
+
+    def iter_raw(self) -> Iterator[tuple]:
+        if self._entries == 0:
+            return iter(())
+        return self.ENTRY.iter_unpack(memoryview(self._mmap)[:self.size_bytes])
+
+    def _largest_lower_bound(self, target: int, field: int) -> int:
+        """Slot of the last entry whose ``field`` is <= target, or -1 if there is none."""
+        lo, hi = 0, self._entries - 1
+        if hi < 0 or self._entry(0)[field] > target:
+            return -1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self._entry(mid)[field] <= target:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def _smallest_upper_bound(self, target: int, field: int) -> int:
+        """Slot of the first entry whose ``field`` is >= target, or ``entries`` if none."""
+        lo, hi = 0, self._entries
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._entry(mid)[field] < target:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def _truncate_to_entries(self, entries: int) -> None:
+        self._entries = max(0, min(entries, self._entries))
+
+    def reset(self) -> None:
+        """Drop every entry (before rebuilding the index from the log)."""
+        self._entries = 0
+        self._misaligned = False
+
+    def _check_file_shape(self) -> None:
+        if self._misaligned:
+            raise CorruptIndexError(
+                f"{self.path}: file length is not a multiple of the {self._entry_size}-byte entry")
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def flush(self) -> None:
+        if self._mmap is not None:
+            self._mmap.flush()
+
+    def close(self) -> None:
+        """Trim to the valid entries and release the map and file."""
+        if self._file.closed:
+            return
+        self.trim_to_valid_size()
+        if self._mmap is not None:
+            self._mmap.close()
+            self._mmap = None
+        self._file.close()
+
+    def delete(self) -> None:
+        if not self._file.closed:
+            if self._mmap is not None:
+                self._mmap.close()
+                self._mmap = None
+            self._file.close()
+        self.path.unlink(missing_ok=True)

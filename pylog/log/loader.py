@@ -1,0 +1,108 @@
+"""Opening a partition directory: find the segments, load or recover them.
+
+After a clean shutdown each segment is loaded quickly (indexes checked against the log).
+After an unclean one, every segment from the one holding the recovery point onwards is
+re-validated batch by batch (length, CRC, contiguous offsets) and its indexes rebuilt;
+the log is cut at the first invalid batch and any later segments are deleted. A segment
+whose index is missing or corrupt is recovered the same way whatever the shutdown was.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from pylog.errors import CorruptRecordError
+from pylog.log import layout
+from pylog.log.config import LogConfig
+from pylog.log.index import CorruptIndexError
+from pylog.log.segment import LogSegment
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedSegments:
+    segments: list[LogSegment]
+    bytes_truncated: int
+    recovered: list[LogSegment]  # segments re-validated (their data needs an fsync)
+
+
+def _segment_bases(directory: Path) -> list[int]:
+    """Base offsets of the ``.log`` files; leftovers (temp files, orphan indexes) removed."""
+    logs, others = set(), []
+    for path in directory.iterdir():
+        if path.name.endswith(layout.TEMP_SUFFIX):
+            path.unlink()
+            continue
+        parsed = layout.parse_segment_file(path.name)
+        if parsed is None:
+            continue
+        if parsed[1] == layout.LOG_SUFFIX:
+            logs.add(parsed[0])
+        else:
+            others.append((parsed[0], path))
+    for base, path in others:
+        if base not in logs:
+            log.warning("%s: removing index without a log file", path)
+            path.unlink()
+    return sorted(logs)
+
+
+def load_segments(directory: Path, config: LogConfig, now_ms: int, *, recovery_point: int,
+                  had_clean_shutdown: bool, log_start_offset: int) -> LoadedSegments:
+    """Open every segment in ``directory`` (creating the first if there is none)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    bases = _segment_bases(directory)
+    recover_from = len(bases) if had_clean_shutdown else max(0, bisect.bisect_right(bases, recovery_point) - 1)
+    segments: list[LogSegment] = []
+    recovered: list[LogSegment] = []
+    truncated = 0
+    for i, base in enumerate(bases):
+        indexes_present = (layout.index_file(directory, base).exists()
+                           and layout.time_index_file(directory, base).exists())
+        segment = LogSegment.open(directory, base, config, created_ms=now_ms, active=False)
+        if segments and base != segments[-1].next_offset:
+            log.warning("%s: segment %d does not follow offset %d; deleting it and later segments",
+                        directory, base, segments[-1].next_offset)
+            truncated += _delete_all([segment] + _open_rest(directory, bases[i + 1:], config, now_ms))
+            break
+        cut = 0
+        if i >= recover_from or not indexes_present:
+            cut = segment.recover(config.max_batch_size)
+            recovered.append(segment)
+        else:
+            try:
+                segment.load()
+            except (CorruptIndexError, CorruptRecordError) as exc:
+                log.warning("%s: rebuilding indexes (%s)", directory, exc)
+                cut = segment.recover(config.max_batch_size)
+                recovered.append(segment)
+        truncated += cut
+        segments.append(segment)
+        if cut and i + 1 < len(bases):
+            log.warning("%s: segment %d was truncated; deleting the %d later segments",
+                        directory, base, len(bases) - i - 1)
+            truncated += _delete_all(_open_rest(directory, bases[i + 1:], config, now_ms))
+            break
+    if not segments:
+        segments.append(LogSegment.open(directory, log_start_offset, config, created_ms=now_ms,
+                                        active=True, fresh=True))
+    for segment in segments[:-1]:
+        segment.seal()
+    segments[-1].make_active()
+    return LoadedSegments(segments, truncated, recovered)
+
+
+def _open_rest(directory: Path, bases: list[int], config: LogConfig, now_ms: int) -> list[LogSegment]:
+    return [LogSegment.open(directory, b, config, created_ms=now_ms, active=False) for b in bases]
+
+
+def _delete_all(segments: list[LogSegment]) -> int:
+    size = 0
+    for segment in segments:
+        size += segment.size
+        segment.delete()
+    return size

@@ -1,0 +1,431 @@
+"""A partition's log: an ordered list of segments, the last one active.
+
+Appends go to the active segment, which rolls at ``segment_bytes`` or ``segment_ms``.
+Reads find the segment by binary search over base offsets, then the batch through the
+segment's sparse index. One lock guards the segment list; reads hold it only to find
+their region and duplicate its file descriptor, so ``os.sendfile`` runs unlocked and a
+segment deleted by retention meanwhile stays readable through the duplicate.
+
+Durability: everything below ``recovery_point`` has been fsynced. Opening without
+``had_clean_shutdown`` re-validates from the segment holding the recovery point onwards
+(:mod:`pylog.log.loader`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import logging
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from pylog.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    MessageTooLargeError,
+    OffsetOutOfRangeError,
+    PylogError,
+    RecordListTooLargeError,
+)
+from pylog.log.checkpoint import fsync_directory
+from pylog.log.config import LogConfig
+from pylog.log.loader import load_segments
+from pylog.log.results import AppendInfo, FileRegion, ReadResult
+from pylog.log.segment import LogSegment
+from pylog.records.header import BatchHeader, iter_batch_headers, set_base_offset
+
+log = logging.getLogger(__name__)
+
+MAX_RELATIVE_OFFSET = 2**31 - 1
+AppendListener = Callable[["Log"], None]
+
+
+class LogClosedError(PylogError):
+    """The log was closed or deleted; no more appends or reads."""
+
+
+class Log:
+    """An append-only log of record batches in one partition directory.
+
+    Example::
+
+        log = Log.open(Path("/var/lib/pylog/events-0"), LogConfig())
+        info = log.append(batch_bytes)            # info.first_offset, info.last_offset
+        with log.read(info.first_offset, 1 << 20).region as region:
+            os.sendfile(sock.fileno(), region.fd, region.position, region.length)
+        log.close()
+    """
+
+    def __init__(self, directory: Path, config: LogConfig, clock: Callable[[], float],
+                 segments: list[LogSegment], log_start_offset: int, bytes_truncated: int) -> None:
+        self.directory = directory
+        self.config = config
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._log_start_offset = min(max(log_start_offset, segments[0].base_offset), self.log_end_offset)
+        self._recovery_point = self.log_end_offset
+        self._unflushed_records = 0
+        self._last_flush_ms = self._now_ms()
+        self._listeners: list[AppendListener] = []
+        self._closed = False
+        self.bytes_truncated = bytes_truncated
+        """Bytes cut off by recovery when the log was opened."""
+
+    @classmethod
+    def open(cls, directory: Path, config: LogConfig, clock: Callable[[], float] = time.time, *,
+             recovery_point: int = 0, log_start_offset: int = 0,
+             had_clean_shutdown: bool = False) -> "Log":
+        """Open (or create) the log in ``directory``.
+
+        ``clock`` returns seconds (``time.time``); tests inject their own. Without
+        ``had_clean_shutdown`` every segment from the one holding ``recovery_point`` is
+        re-validated, cut at the first invalid batch and re-indexed (``bytes_truncated``
+        says how much was cut). LogManager passes the values from its checkpoint files.
+        """
+        directory = Path(directory)
+        now_ms = int(clock() * 1000)
+        loaded = load_segments(directory, config, now_ms, recovery_point=recovery_point,
+                               had_clean_shutdown=had_clean_shutdown, log_start_offset=log_start_offset)
+        for segment in loaded.recovered:
+            segment.flush()
+        if loaded.bytes_truncated:
+            log.warning("%s: recovery truncated %d bytes", directory, loaded.bytes_truncated)
+        return cls(directory, config, clock, loaded.segments, log_start_offset, loaded.bytes_truncated)
+
+    # -- state ----------------------------------------------------------------------------
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        """A snapshot of the segments, oldest first."""
+        with self._lock:
+            return list(self._segments)
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended record will get."""
+        return self._segments[-1].next_offset
+
+    @property
+    def recovery_point(self) -> int:
+        """Every offset below this has been fsynced."""
+        return self._recovery_point
+
+    @property
+    def high_watermark(self) -> int:
+        """Readers see offsets below this: the log end, or the flushed offset when
+        ``expose_unflushed`` is off."""
+        if self.config.expose_unflushed:
+            return self.log_end_offset
+        return min(self._recovery_point, self.log_end_offset)
+
+    @property
+    def size_bytes(self) -> int:
+        with self._lock:
+            return sum(s.size for s in self._segments)
+
+    @property
+    def last_flush_ms(self) -> int:
+        return self._last_flush_ms
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply a new config; it takes effect from the next append, roll or retention run."""
+        with self._lock:
+            self.config = config
+
+    def add_append_listener(self, callback: AppendListener) -> None:
+        """Call ``callback(log)`` after every append, and after a flush when
+        ``expose_unflushed`` is off (the high watermark moved). It runs on the appending
+        thread without the log's lock and must be quick."""
+        self._listeners.append(callback)
+
+    def remove_append_listener(self, callback: AppendListener) -> None:
+        self._listeners.remove(callback)
+
+    def _notify(self) -> None:
+        for callback in list(self._listeners):
+            try:
+                callback(self)
+            except Exception:  # a listener's bug must not fail the append
+                log.exception("%s: append listener failed", self.directory)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"{self.directory}: the log is closed")
+
+    # -- append ---------------------------------------------------------------------------
+
+    def _validate(self, view: memoryview) -> list[tuple[int, BatchHeader]]:
+        if len(view) == 0:
+            raise InvalidRecordError("the records are empty: expected at least one record batch")
+        if len(view) > self.config.segment_bytes:
+            raise RecordListTooLargeError(
+                f"{len(view)} bytes of records exceed the segment size {self.config.segment_bytes}")
+        batches = []
+        for position, header in iter_batch_headers(view, verify_crc=True):
+            if header.size > self.config.max_batch_size:
+                raise MessageTooLargeError(
+                    f"batch at position {position} is {header.size} bytes, "
+                    f"more than the limit of {self.config.max_batch_size}")
+            if header.last_offset_delta < 0 or header.records_count <= 0:
+                raise CorruptRecordError(
+                    f"batch at position {position}: lastOffsetDelta {header.last_offset_delta}, "
+                    f"recordsCount {header.records_count}")
+            batches.append((position, header))
+        return batches
+
+    def append(self, records: bytes | bytearray | memoryview) -> AppendInfo:
+        """Validate, assign offsets to and append one or more back-to-back v2 batches.
+
+        Every batch is checked first (framing, magic, CRC, size); if any is bad nothing is
+        written. Raises a CorruptRecordError subclass, MessageTooLargeError (a batch over
+        ``max_batch_size``), RecordListTooLargeError (more than ``segment_bytes`` in all)
+        or InvalidRecordError (no batches). Only each batch's baseOffset is rewritten.
+        """
+        view = memoryview(records).cast("B")
+        batches = self._validate(view)
+        buf = bytearray(view)
+        with self._lock:
+            self._check_open()
+            first_offset = next_offset = self.log_end_offset
+            assigned = []
+            for position, header in batches:
+                set_base_offset(buf, position, next_offset)
+                assigned.append((position, dataclasses.replace(header, base_offset=next_offset)))
+                next_offset += header.last_offset_delta + 1
+            max_timestamp = max(h.max_timestamp for _, h in batches)
+            segment = self._maybe_roll(len(buf), next_offset - 1, max_timestamp)
+            segment.append(buf, assigned)
+            record_count = sum(h.records_count for _, h in batches)
+            self._unflushed_records += record_count
+            if self.config.flush_messages is not None and self._unflushed_records >= self.config.flush_messages:
+                self._flush_locked()
+            info = AppendInfo(first_offset, next_offset - 1, max_timestamp, -1,
+                              self._log_start_offset, record_count)
+        self._notify()
+        return info
+
+    def _maybe_roll(self, incoming_bytes: int, last_offset: int, max_timestamp: int) -> LogSegment:
+        segment = self._segments[-1]
+        if segment.size == 0:
+            return segment
+        if (segment.size + incoming_bytes > self.config.segment_bytes
+                or segment.time_waited_for_roll(self._now_ms(), max_timestamp) > self.config.segment_ms
+                or segment.offset_index.is_full or segment.time_index.is_full
+                or last_offset - segment.base_offset > MAX_RELATIVE_OFFSET):
+            return self._roll_locked()
+        return segment
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment now (no-op if the active one is empty)."""
+        with self._lock:
+            self._check_open()
+            segment = self._roll_locked()
+        self._notify()
+        return segment
+
+    def _roll_locked(self) -> LogSegment:
+        old = self._segments[-1]
+        if old.size == 0:
+            return old
+        old.seal()
+        new = LogSegment.open(self.directory, self.log_end_offset, self.config,
+                              created_ms=self._now_ms(), active=True, fresh=True)
+        fsync_directory(self.directory)
+        self._segments.append(new)
+        self._bases.append(new.base_offset)
+        # Flush what is now inactive, so recovery only ever re-validates the active segment.
+        self._flush_locked()
+        return new
+
+    # -- flush ----------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync every segment holding data above the recovery point; move the point to the end."""
+        with self._lock:
+            self._check_open()
+            self._flush_locked()
+        if not self.config.expose_unflushed:
+            self._notify()
+
+    def flush_if_due(self, now_ms: int | None = None) -> bool:
+        """Flush if ``flush_ms`` has passed since the last flush and there is new data."""
+        interval = self.config.flush_ms
+        now_ms = self._now_ms() if now_ms is None else now_ms
+        if interval is None or now_ms - self._last_flush_ms < interval:
+            return False
+        if self._recovery_point >= self.log_end_offset:
+            self._last_flush_ms = now_ms
+            return False
+        self.flush()
+        return True
+
+    def _flush_locked(self) -> None:
+        end = self.log_end_offset
+        if self._recovery_point < end:
+            first = max(0, bisect.bisect_right(self._bases, self._recovery_point) - 1)
+            for segment in self._segments[first:]:
+                segment.flush()
+        self._recovery_point = end
+        self._unflushed_records = 0
+        self._last_flush_ms = self._now_ms()
+
+    # -- read -----------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> ReadResult:
+        """Whole batches from the one holding ``offset``, as a region of one segment file.
+
+        At most ``max_bytes`` except that the first batch is returned whole; nothing at or
+        above the high watermark (or ``max_offset``, exclusive). ``offset`` equal to the log
+        end gives ``region=None``. Raises OffsetOutOfRangeError outside
+        ``[log_start_offset, log_end_offset]``. The caller must close the region.
+        """
+        with self._lock:
+            self._check_open()
+            start, end = self._log_start_offset, self.log_end_offset
+            if offset < start or offset > end:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} is out of range for {self.directory.name}: "
+                    f"valid offsets are {start} to {end}")
+            high_watermark = self.high_watermark
+            limit = high_watermark if max_offset is None else min(high_watermark, max_offset)
+            region = None
+            if offset < limit:
+                first = max(0, bisect.bisect_right(self._bases, offset) - 1)
+                for segment in self._segments[first:]:
+                    if segment.base_offset >= limit:
+                        break
+                    found = segment.read(offset, max_bytes, limit)
+                    if found is not None:
+                        region = FileRegion(os.dup(segment.records.fd), found[0], found[1])
+                        break
+            return ReadResult(region, high_watermark, start)
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first batch below the high watermark whose max
+        timestamp is >= ``timestamp_ms``, via the time index; None if there is none."""
+        with self._lock:
+            self._check_open()
+            high_watermark = self.high_watermark
+            for segment in self._segments:
+                if segment.max_timestamp < timestamp_ms:
+                    continue
+                found = segment.find_timestamp(timestamp_ms)
+                if found is None:
+                    continue
+                header = found[1]
+                if header.base_offset >= high_watermark:
+                    return None
+                return max(header.base_offset, self._log_start_offset), header.max_timestamp
+            return None
+
+    # -- retention and truncation ---------------------------------------------------------
+
+    def delete_old_segments(self, now: float | None = None) -> int:
+        """Delete whole segments, oldest first and never the active one: those older than
+        ``retention_ms``, then while the log exceeds ``retention_bytes``. ``now`` is in the
+        clock's unit (seconds). Moves the log start offset; returns segments deleted."""
+        now_ms = int((self._clock() if now is None else now) * 1000)
+        with self._lock:
+            self._check_open()
+            count = self._count_deletable(now_ms)
+            if count == 0:
+                return 0
+            doomed = self._segments[:count]
+            del self._segments[:count]
+            del self._bases[:count]
+            self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
+            self._recovery_point = max(self._recovery_point, self._log_start_offset)
+            for segment in doomed:
+                segment.delete()
+        log.info("%s: retention deleted %d segments; log start offset is %d",
+                 self.directory, count, self._log_start_offset)
+        return count
+
+    def _count_deletable(self, now_ms: int) -> int:
+        candidates = self._segments[:-1]
+        count = 0
+        while count < len(candidates) and candidates[count].next_offset <= self._log_start_offset:
+            count += 1
+        retention_ms = self.config.retention_ms
+        if retention_ms is not None:
+            while count < len(candidates) and now_ms - candidates[count].largest_timestamp > retention_ms:
+                count += 1
+        retention_bytes = self.config.retention_bytes
+        if retention_bytes is not None:
+            excess = sum(s.size for s in self._segments[count:]) - retention_bytes
+            while count < len(candidates) and excess >= candidates[count].size:
+                excess -= candidates[count].size
+                count += 1
+        return count
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove everything at and above ``offset``, at a batch boundary: a batch holding
+        ``offset`` goes too. Below the log start, the log restarts empty at ``offset``."""
+        with self._lock:
+            self._check_open()
+            if offset >= self.log_end_offset:
+                return
+            if offset <= self._segments[0].base_offset or offset < self._log_start_offset:
+                self._truncate_fully(offset)
+                return
+            while self._segments[-1].base_offset >= offset:
+                self._segments.pop().delete()
+                self._bases.pop()
+            active = self._segments[-1]
+            active.truncate_to(offset)
+            active.make_active()
+            end = self.log_end_offset
+            self._recovery_point = min(self._recovery_point, end)
+            self._log_start_offset = min(self._log_start_offset, end)
+
+    def _truncate_fully(self, offset: int) -> None:
+        for segment in self._segments:
+            segment.delete()
+        new = LogSegment.open(self.directory, offset, self.config, created_ms=self._now_ms(),
+                              active=True, fresh=True)
+        self._segments = [new]
+        self._bases = [offset]
+        self._log_start_offset = offset
+        self._recovery_point = offset
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flush and close every file. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._flush_locked()
+            for segment in self._segments:
+                segment.close()
+            self._closed = True
+
+    def delete(self) -> None:
+        """Close without flushing and remove the partition directory."""
+        with self._lock:
+            if not self._closed:
+                for segment in self._segments:
+                    segment.delete()
+                self._closed = True
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __repr__(self) -> str:
+        return (f"Log({self.directory}, start={self._log_start_offset}, "
+                f"end={self.log_end_offset}, segments={len(self._segments)})")

@@ -1,0 +1,239 @@
+"""LogManager: every partition log under one or more log dirs.
+
+Per log dir it keeps (see :mod:`layout`): an flock on ``.lock`` so two brokers never share
+a dir, ``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint``
+(:mod:`checkpoint`), and ``.clean_shutdown``, written by :meth:`LogManager.close` after
+everything is flushed and removed again by :meth:`LogManager.load`. A dir loaded without
+the marker had an unclean shutdown: its logs are recovered from their recovery points.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterable
+
+from pylog.errors import KafkaStorageError
+from pylog.log import layout
+from pylog.log.checkpoint import OffsetCheckpointFile, fsync_directory
+from pylog.log.config import LogConfig
+from pylog.log.log import Log
+from pylog.types import TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+class LogManager:
+    """Opens, creates, flushes, retains and closes the partition logs of a broker.
+
+    Example::
+
+        mgr = LogManager([Path("/var/lib/pylog")], LogConfig())
+        mgr.load()
+        mgr.start(flush_check_ms=1000, retention_check_ms=300_000)
+        log = mgr.get_or_create("events", 0)
+        ...
+        mgr.close()
+
+    Raises KafkaStorageError if a log dir is locked by another process.
+    """
+
+    def __init__(self, log_dirs: Iterable[Path], default_config: LogConfig,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.log_dirs = [Path(d) for d in log_dirs]
+        if not self.log_dirs:
+            raise ValueError("LogManager needs at least one log dir")
+        self.default_config = default_config
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._logs: dict[TopicPartition, Log] = {}
+        self._dir_of: dict[TopicPartition, Path] = {}
+        self._lock_files: dict[Path, int] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    # -- loading --------------------------------------------------------------------------
+
+    def _lock_dir(self, log_dir: Path) -> None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(log_dir / layout.LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise KafkaStorageError(f"{log_dir} is in use by another process") from None
+        self._lock_files[log_dir] = fd
+
+    def load(self) -> list[TopicPartition]:
+        """Open every ``<topic>-<partition>`` dir in the log dirs, recovering them after an
+        unclean shutdown. Returns the partitions loaded."""
+        loaded = []
+        for log_dir in self.log_dirs:
+            if log_dir not in self._lock_files:
+                self._lock_dir(log_dir)
+            marker = log_dir / layout.CLEAN_SHUTDOWN_FILE
+            clean = marker.exists()
+            recovery_points = OffsetCheckpointFile(log_dir / layout.RECOVERY_POINT_CHECKPOINT).read_or_empty()
+            start_offsets = OffsetCheckpointFile(log_dir / layout.LOG_START_OFFSET_CHECKPOINT).read_or_empty()
+            for child in sorted(log_dir.iterdir()):
+                tp = layout.parse_partition_dir(child.name)
+                if tp is None or not child.is_dir() or tp in self._logs:
+                    continue
+                opened = Log.open(child, self.default_config, self._clock,
+                                  recovery_point=recovery_points.get(tp, 0),
+                                  log_start_offset=start_offsets.get(tp, 0),
+                                  had_clean_shutdown=clean)
+                with self._lock:
+                    self._logs[tp] = opened
+                    self._dir_of[tp] = log_dir
+                loaded.append(tp)
+            log.info("%s: loaded %d logs after a%s shutdown", log_dir, len(loaded),
+                     " clean" if clean else "n unclean")
+            self._write_checkpoints(log_dir)
+            marker.unlink(missing_ok=True)
+            fsync_directory(log_dir)
+        return loaded
+
+    # -- partitions -----------------------------------------------------------------------
+
+    def get(self, topic: str, partition: int) -> Log | None:
+        with self._lock:
+            return self._logs.get(TopicPartition(topic, partition))
+
+    def get_or_create(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
+        """The partition's log, created in the least-used log dir if it does not exist.
+        A given ``config`` is applied to an existing log too."""
+        tp = TopicPartition(topic, partition)
+        if "/" in topic or topic in ("", ".", ".."):
+            raise ValueError(f"invalid topic name {topic!r}")
+        with self._lock:
+            existing = self._logs.get(tp)
+            if existing is not None:
+                if config is not None and config != existing.config:
+                    existing.update_config(config)
+                return existing
+            log_dir = self._next_log_dir()
+            if log_dir not in self._lock_files:
+                self._lock_dir(log_dir)
+            created = Log.open(log_dir / layout.partition_dir_name(tp), config or self.default_config,
+                               self._clock, had_clean_shutdown=False)
+            fsync_directory(log_dir)
+            self._logs[tp] = created
+            self._dir_of[tp] = log_dir
+            return created
+
+    def _next_log_dir(self) -> Path:
+        counts = {d: 0 for d in self.log_dirs}
+        for d in self._dir_of.values():
+            counts[d] += 1
+        return min(self.log_dirs, key=lambda d: counts[d])
+
+    def partitions(self) -> list[TopicPartition]:
+        with self._lock:
+            return sorted(self._logs)
+
+    def delete_partition(self, topic: str, partition: int) -> bool:
+        """Delete the partition's log and directory; False if there was none."""
+        tp = TopicPartition(topic, partition)
+        with self._lock:
+            removed = self._logs.pop(tp, None)
+            log_dir = self._dir_of.pop(tp, None)
+        if removed is None:
+            return False
+        removed.delete()
+        self._write_checkpoints(log_dir)
+        return True
+
+    # -- background work ------------------------------------------------------------------
+
+    def flush_all(self) -> None:
+        for entry in self._snapshot():
+            entry.flush()
+        self._write_all_checkpoints()
+
+    def run_retention(self, now: float | None = None) -> int:
+        """Apply retention to every log; returns the number of segments deleted."""
+        deleted = sum(entry.delete_old_segments(now) for entry in self._snapshot())
+        if deleted:
+            self._write_all_checkpoints()
+        return deleted
+
+    def flush_due(self) -> int:
+        """Flush the logs whose ``flush_ms`` has passed; returns how many were flushed."""
+        now_ms = int(self._clock() * 1000)
+        flushed = sum(entry.flush_if_due(now_ms) for entry in self._snapshot())
+        if flushed:
+            self._write_all_checkpoints()
+        return flushed
+
+    def start(self, flush_check_ms: int = 1000, retention_check_ms: int = 300_000) -> None:
+        """Start a background thread that flushes (by ``flush_ms``) every ``flush_check_ms``
+        and applies retention every ``retention_check_ms``. :meth:`close` stops it."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, args=(flush_check_ms, retention_check_ms),
+                                        name="pylog-log-manager", daemon=True)
+        self._thread.start()
+
+    def _run(self, flush_check_ms: int, retention_check_ms: int) -> None:
+        next_flush = next_retention = time.monotonic()
+        while not self._stop.is_set():
+            now = time.monotonic()
+            try:
+                if now >= next_flush:
+                    self.flush_due()
+                    next_flush = now + flush_check_ms / 1000
+                if now >= next_retention:
+                    self.run_retention()
+                    next_retention = now + retention_check_ms / 1000
+            except Exception:
+                log.exception("log manager background task failed")
+            self._stop.wait(max(0.0, min(next_flush, next_retention) - time.monotonic()))
+
+    def stop(self) -> None:
+        """Stop the background thread (if running) and wait for it."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    # -- checkpoints and shutdown ---------------------------------------------------------
+
+    def _snapshot(self) -> list[Log]:
+        with self._lock:
+            return list(self._logs.values())
+
+    def _write_checkpoints(self, log_dir: Path) -> None:
+        with self._lock:
+            logs = {tp: lg for tp, lg in self._logs.items() if self._dir_of[tp] == log_dir}
+        OffsetCheckpointFile(log_dir / layout.RECOVERY_POINT_CHECKPOINT).write(
+            {tp: lg.recovery_point for tp, lg in logs.items()})
+        OffsetCheckpointFile(log_dir / layout.LOG_START_OFFSET_CHECKPOINT).write(
+            {tp: lg.log_start_offset for tp, lg in logs.items()})
+
+    def _write_all_checkpoints(self) -> None:
+        for log_dir in self.log_dirs:
+            if log_dir in self._lock_files:
+                self._write_checkpoints(log_dir)
+
+    def close(self) -> None:
+        """Stop background work, flush and close every log, write the checkpoints and the
+        clean-shutdown marker in each log dir, and release the dir locks. Idempotent."""
+        if self._closed:
+            return
+        self.stop()
+        for entry in self._snapshot():
+            entry.close()
+        for log_dir, fd in list(self._lock_files.items()):
+            self._write_checkpoints(log_dir)
+            (log_dir / layout.CLEAN_SHUTDOWN_FILE).touch()
+            fsync_directory(log_dir)
+            os.close(fd)
+        self._lock_files.clear()
+        self._closed = True

@@ -1,0 +1,250 @@
+"""A log segment: one ``.log`` file joined to its ``.index`` and ``.timeindex``.
+
+The three files share the segment's base offset as their name (see :mod:`layout`). The
+``.log`` holds whole record batches (:mod:`file_records`); the indexes are sparse maps
+into it (:mod:`offset_index`, :mod:`time_index`). Every ``index_interval_bytes`` of log
+the segment adds an offset-index entry for the batch being appended, and a time-index
+entry if the largest timestamp has grown.
+
+After a crash, :meth:`LogSegment.recover` re-validates every batch, truncates the file at
+the first invalid one and rebuilds both indexes from the valid prefix; it returns the
+number of bytes truncated. :meth:`LogSegment.load` is the quick path after a clean
+shutdown: it checks the indexes against the log and raises CorruptIndexError (or a
+CorruptRecordError) when they disagree, in which case the caller recovers the segment.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from pylog.log import layout
+from pylog.log.config import LogConfig
+from pylog.log.file_records import FileRecords
+from pylog.log.index import CorruptIndexError
+from pylog.log.offset_index import OffsetIndex
+from pylog.log.time_index import NO_TIMESTAMP, TimeIndex
+from pylog.records.header import BatchHeader
+
+log = logging.getLogger(__name__)
+
+
+class LogSegment:
+    """One segment. Not thread-safe on its own: :class:`pylog.log.Log` holds the lock."""
+
+    def __init__(self, base_offset: int, records: FileRecords, offset_index: OffsetIndex,
+                 time_index: TimeIndex, config: LogConfig, created_ms: int) -> None:
+        self.base_offset = base_offset
+        self.records = records
+        self.offset_index = offset_index
+        self.time_index = time_index
+        self._index_interval = config.index_interval_bytes
+        self._max_index_size = config.segment_index_bytes
+        self.created_ms = created_ms
+        self._reset_state()
+
+    def _reset_state(self) -> None:
+        self.next_offset = self.base_offset
+        self.max_timestamp = NO_TIMESTAMP
+        self._offset_of_max_timestamp = self.base_offset
+        self._bytes_since_last_index_entry = 0
+        self.first_batch_timestamp: int | None = None
+
+    @classmethod
+    def open(cls, directory: Path, base_offset: int, config: LogConfig, *, created_ms: int,
+             active: bool, fresh: bool = False) -> "LogSegment":
+        """Open the segment's files (creating them; emptying them first if ``fresh``).
+
+        The caller then calls :meth:`load` or :meth:`recover` unless ``fresh``.
+        """
+        paths = (layout.log_file(directory, base_offset), layout.index_file(directory, base_offset),
+                 layout.time_index_file(directory, base_offset))
+        if fresh:
+            for path in paths:
+                path.unlink(missing_ok=True)
+        size = config.segment_index_bytes
+        records = FileRecords.open(paths[0])
+        offset_index = OffsetIndex(paths[1], base_offset, size, writable=active)
+        time_index = TimeIndex(paths[2], base_offset, size, writable=active)
+        return cls(base_offset, records, offset_index, time_index, config, created_ms)
+
+    # -- state ----------------------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        return self.records.size
+
+    @property
+    def largest_timestamp(self) -> int:
+        """The newest record timestamp (ms); the file's mtime if the batches carry none."""
+        if self.max_timestamp > 0:
+            return self.max_timestamp
+        return int(os.fstat(self.records.fd).st_mtime * 1000)
+
+    def time_waited_for_roll(self, now_ms: int, incoming_timestamp: int) -> int:
+        """How far the segment is into ``segment.ms``: as in Kafka, the incoming batch's
+        timestamp minus the first batch's, or the clock since creation without timestamps."""
+        if self.first_batch_timestamp is not None and self.first_batch_timestamp > 0:
+            return incoming_timestamp - self.first_batch_timestamp
+        return now_ms - self.created_ms
+
+    def _index_batch(self, position: int, header: BatchHeader) -> None:
+        """Account for one batch written at ``position`` (shared by append and rebuild)."""
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self._offset_of_max_timestamp = header.base_offset
+        if (self._bytes_since_last_index_entry > self._index_interval
+                and not self.offset_index.is_full and not self.time_index.is_full):
+            self.offset_index.append(header.base_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self._offset_of_max_timestamp)
+            self._bytes_since_last_index_entry = 0
+        self._bytes_since_last_index_entry += header.size
+        if self.first_batch_timestamp is None:
+            self.first_batch_timestamp = header.max_timestamp
+        self.next_offset = header.next_offset
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def append(self, buf: bytes | bytearray | memoryview,
+               batches: list[tuple[int, BatchHeader]]) -> None:
+        """Write already-validated batches (offsets assigned); ``batches`` holds each
+        batch's position within ``buf`` and its header."""
+        start = self.records.append(buf)
+        for position, header in batches:
+            self._index_batch(start + position, header)
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch that ends at or after ``offset`` (so the batch holding
+        ``offset`` goes too); return the bytes removed."""
+        found = self.translate_offset(offset)
+        if found is None:
+            return 0
+        position, header = found
+        self.offset_index.truncate_to(header.base_offset)
+        self.time_index.truncate_to(header.base_offset)
+        removed = self.records.truncate_to(position)
+        self._load_tail_state()
+        return removed
+
+    def seal(self) -> None:
+        """The segment stops being active: record its largest timestamp, trim the indexes."""
+        if self.max_timestamp > self.time_index.last_entry.timestamp and not self.time_index.is_full:
+            self.time_index.maybe_append(self.max_timestamp, self._offset_of_max_timestamp)
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+
+    def make_active(self) -> None:
+        """Give the indexes room to grow again (the segment takes appends)."""
+        self.offset_index.resize(self._max_index_size)
+        self.time_index.resize(self._max_index_size)
+
+    # -- loading and recovery -------------------------------------------------------------
+
+    def load(self) -> None:
+        """Quick load after a clean shutdown; raises CorruptIndexError or CorruptRecordError
+        when the indexes and the log disagree."""
+        self.offset_index.sanity_check(self.records.size)
+        self._load_tail_state()
+        self.time_index.sanity_check(self.next_offset)
+
+    def _load_tail_state(self) -> None:
+        """Recompute next offset, largest timestamp and index spacing by scanning the
+        batches after the last index entries (not the whole segment)."""
+        self._reset_state()
+        if self.records.size == 0:
+            return
+        self.first_batch_timestamp = self.records.read_header(0).max_timestamp
+        last = self.offset_index.last_entry
+        last_time = self.time_index.last_entry
+        if last_time.timestamp != NO_TIMESTAMP:
+            self.max_timestamp = last_time.timestamp
+            self._offset_of_max_timestamp = last_time.offset
+        start = min(last.position, self.offset_index.lookup(last_time.offset).position)
+        checked = False
+        for position, header in self.records.headers(start):
+            if position == last.position:
+                checked = header.base_offset == last.offset
+            if header.max_timestamp > self.max_timestamp:
+                self.max_timestamp = header.max_timestamp
+                self._offset_of_max_timestamp = header.base_offset
+            self.next_offset = header.next_offset
+        if not checked:
+            raise CorruptIndexError(
+                f"{self.offset_index.path}: no batch with offset {last.offset} starts at "
+                f"position {last.position}")
+        self._bytes_since_last_index_entry = self.records.size - last.position
+
+    def recover(self, max_batch_size: int) -> int:
+        """Re-validate every batch, truncate at the first invalid one and rebuild both
+        indexes. Returns the number of bytes truncated."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.offset_index.resize(self._max_index_size)
+        self.time_index.resize(self._max_index_size)
+        self._reset_state()
+        valid_end, problem = self.records.validate(0, self.base_offset, max_batch_size, self._index_batch)
+        truncated = self.records.truncate_to(valid_end)
+        if truncated:
+            log.warning("%s: truncated %d bytes at position %d: %s",
+                        self.records.path, truncated, valid_end, problem)
+        return truncated
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def translate_offset(self, offset: int, start: int = 0) -> tuple[int, BatchHeader] | None:
+        """Position and header of the first batch whose last offset is >= ``offset``."""
+        entry = self.offset_index.lookup(offset)
+        return self.records.search_for_offset(offset, max(entry.position, start))
+
+    def read(self, offset: int, max_bytes: int, max_offset: int) -> tuple[int, int] | None:
+        """``(position, length)`` of whole batches from the one holding ``offset``, up to
+        ``max_bytes`` (the first batch whole regardless) and below ``max_offset``."""
+        found = self.translate_offset(offset)
+        if found is None or found[1].base_offset >= max_offset:
+            return None
+        start, first = found
+        end = self.records.size
+        if max_offset < self.next_offset:
+            bound = self.translate_offset(max_offset, start)
+            if bound is not None:
+                end = bound[0] if bound[1].base_offset >= max_offset else bound[0] + bound[1].size
+        wanted = start + max(max_bytes, first.size)
+        if wanted >= end:
+            return start, end - start
+        entry = self.offset_index.lookup_by_position(wanted)
+        stop = max(start + first.size, entry.position)
+        for position, header in self.records.headers(max(entry.position, start)):
+            if position + header.size > wanted:
+                break
+            stop = position + header.size
+        return start, min(stop, end) - start
+
+    def find_timestamp(self, timestamp: int) -> tuple[int, BatchHeader] | None:
+        """The first batch whose max timestamp is >= ``timestamp``, via the time index."""
+        entry = self.time_index.lookup(timestamp)
+        position = self.offset_index.lookup(entry.offset).position
+        return self.records.search_for_timestamp(timestamp, position)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        self.records.flush()
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        self.seal()
+        self.offset_index.close()
+        self.time_index.close()
+        os.close(self.records.fd)
+
+    def delete(self) -> None:
+        """Close and remove the three files (open duplicates of the fd keep working)."""
+        self.offset_index.delete()
+        self.time_index.delete()
+        os.close(self.records.fd)
+        self.records.path.unlink(missing_ok=True)
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base={self.base_offset}, next={self.next_offset}, size={self.size})"
