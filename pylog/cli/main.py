@@ -20,7 +20,15 @@ from pylog.errors import PylogError
 # Modules in pylog.cli that provide a subcommand, in the order --help lists them.
 SUBCOMMANDS = (
     "demo",
+    "broker",
     "load",
+    "tables",
+    "query",
+    "status",
+    "topics",
+    "produce",
+    "consume",
+    "offsets",
 )
 
 
