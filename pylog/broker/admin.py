@@ -1,0 +1,174 @@
+"""Metadata, CreateTopics, DeleteTopics, InitProducerId and the group APIs' refusals.
+
+Cluster state comes only from ``ClusterMetadata`` (standalone or ZooKeeper). Metadata
+auto-creates requested topics when ``auto.create.topics.enable`` is on and the client
+allows it; CreateTopics checks topic configs against the log settings before creating.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+
+from pylog.broker.config import BrokerConfig
+from pylog.broker.partitions import PartitionLogs
+from pylog.cluster.metadata import NO_LEADER, ClusterMetadata
+from pylog.cluster.placement import validate_topic_name
+from pylog.errors import (
+    ConfigError, InvalidConfigError, InvalidReplicaAssignmentError, KafkaError,
+    TopicAlreadyExistsError, TopicDeletionDisabledError)
+from pylog.protocol import MESSAGES
+
+log = logging.getLogger(__name__)
+
+COORDINATOR_NOT_AVAILABLE = 15
+LEADER_NOT_AVAILABLE = 5
+UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_TOPIC = 17
+
+
+class AdminHandlers:
+    """Handlers for the APIs about cluster state rather than partition data."""
+
+    def __init__(self, config: BrokerConfig, metadata: ClusterMetadata,
+                 logs: PartitionLogs) -> None:
+        self.config = config
+        self.metadata = metadata
+        self.logs = logs
+        # Unique across restarts without persisted state: start from the clock.
+        self._producer_ids = itertools.count(int(time.time() * 1000) << 8)
+
+    # -- Metadata -----------------------------------------------------------------------
+
+    def metadata_request(self, body: dict, version: int) -> dict:
+        requested = body["topics"]
+        if requested is None or (version == 0 and not requested):
+            names = sorted(self.metadata.topics())
+        else:
+            names = [t["name"] for t in requested if t["name"] is not None]
+        allow_create = (self.config["auto.create.topics.enable"]
+                        and (version < 4 or body["allow_auto_topic_creation"]))
+        topics = [self._topic_metadata(name, allow_create) for name in names]
+        live = self.metadata.brokers()
+        return {
+            "throttle_time_ms": 0,
+            "brokers": [{"node_id": b.broker_id, "host": b.host, "port": b.port,
+                         "rack": b.rack} for b in live],
+            "cluster_id": self.metadata.cluster_id,
+            "controller_id": self.metadata.controller_id(),
+            "topics": topics,
+            "cluster_authorized_operations": -2147483648,
+        }
+
+    def _topic_metadata(self, name: str, allow_create: bool) -> dict:
+        result = {"error_code": 0, "name": name, "is_internal": False, "partitions": [],
+                  "topic_authorized_operations": -2147483648}
+        topic = self.metadata.topic(name)
+        if topic is None:
+            try:
+                validate_topic_name(name)
+            except KafkaError:
+                result["error_code"] = INVALID_TOPIC
+                return result
+            if not allow_create:
+                result["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+                return result
+            topic = self._auto_create(name)
+            if topic is None:
+                result["error_code"] = LEADER_NOT_AVAILABLE
+                return result
+        live_ids = {b.broker_id for b in self.metadata.brokers()}
+        for index in sorted(topic.partitions):
+            state = topic.partitions[index]
+            result["partitions"].append({
+                "error_code": LEADER_NOT_AVAILABLE if state.leader == NO_LEADER else 0,
+                "partition_index": index, "leader_id": state.leader,
+                "leader_epoch": state.leader_epoch, "replica_nodes": list(state.replicas),
+                "isr_nodes": list(state.isr),
+                "offline_replicas": [r for r in state.replicas if r not in live_ids]})
+        return result
+
+    def _auto_create(self, name: str):
+        try:
+            topic = self.metadata.create_topic(name, self.config["num.partitions"],
+                                               self.config["default.replication.factor"])
+            log.info("auto-created topic %s with %d partitions", name, topic.num_partitions)
+            return topic
+        except TopicAlreadyExistsError:
+            return self.metadata.topic(name)
+        except KafkaError as error:
+            log.warning("could not auto-create topic %s: %s", name, error)
+            return None
+
+    # -- CreateTopics / DeleteTopics ------------------------------------------------------
+
+    def create_topics(self, body: dict, version: int) -> dict:
+        results = [self._create_one(t, body["validate_only"]) for t in body["topics"]]
+        return {"throttle_time_ms": 0, "topics": results}
+
+    def _create_one(self, request: dict, validate_only: bool) -> dict:
+        name = request["name"]
+        partitions = request["num_partitions"]
+        if partitions == -1:
+            partitions = self.config["num.partitions"]
+        replication = request["replication_factor"]
+        if replication == -1:
+            replication = self.config["default.replication.factor"]
+        configs = {c["name"]: c["value"] for c in request["configs"]}
+        result = {"name": name, "error_code": 0, "error_message": None,
+                  "num_partitions": partitions, "replication_factor": replication,
+                  "configs": []}
+        try:
+            if request["assignments"]:
+                raise InvalidReplicaAssignmentError("manual replica assignment is not supported")
+            try:
+                self.logs.default_config.with_overrides(configs)
+            except ConfigError as exc:
+                raise InvalidConfigError(str(exc)) from None
+            if validate_only:
+                validate_topic_name(name)
+                if self.metadata.topic(name) is not None:
+                    raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            else:
+                self.metadata.create_topic(name, partitions, replication, configs)
+                log.info("created topic %s with %d partitions", name, partitions)
+        except KafkaError as error:
+            result.update(error_code=error.errno, error_message=str(error),
+                          num_partitions=-1, replication_factor=-1)
+        return result
+
+    def delete_topics(self, body: dict, version: int) -> dict:
+        names = list(body["topic_names"]) + [t["name"] for t in body.get("topics", [])
+                                             if t.get("name")]
+        results = []
+        for name in names:
+            result = {"name": name, "error_code": 0, "error_message": None}
+            try:
+                if not self.config["delete.topic.enable"]:
+                    raise TopicDeletionDisabledError("delete.topic.enable is false")
+                self.metadata.delete_topic(name)
+                log.info("deleted topic %s", name)
+            except KafkaError as error:
+                result.update(error_code=error.errno, error_message=str(error))
+            results.append(result)
+        return {"throttle_time_ms": 0, "responses": results}
+
+    # -- producers and groups -------------------------------------------------------------
+
+    def init_producer_id(self, body: dict, version: int) -> dict:
+        if body["transactional_id"] is not None:
+            return {"throttle_time_ms": 0, "error_code": COORDINATOR_NOT_AVAILABLE,
+                    "producer_id": -1, "producer_epoch": -1}
+        return {"throttle_time_ms": 0, "error_code": 0,
+                "producer_id": next(self._producer_ids), "producer_epoch": 0}
+
+    def no_coordinator(self, api_key: int, version: int) -> dict:
+        """Any group API: there is no group coordinator (COORDINATOR_NOT_AVAILABLE)."""
+        body = MESSAGES[api_key].response_codec(version).default_value()
+        if "error_code" in body:
+            body["error_code"] = COORDINATOR_NOT_AVAILABLE
+        for key in ("node_id", "port"):
+            if key in body:
+                body[key] = -1
+        return body

@@ -1,0 +1,245 @@
+"""Broker configuration: Kafka's ``server.properties`` names, typed, with defaults.
+
+``BrokerConfig.load(path, overrides)`` reads a Java-style properties file (``key=value``
+or ``key: value``, ``#``/``!`` comments), applies ``--override key=value`` pairs on top,
+and checks every key and value. An unknown key or an invalid value raises
+``ConfigError`` naming the key, before anything starts.
+
+Time settings come in Kafka's families (``log.retention.ms`` / ``.minutes`` / ``.hours``,
+``log.roll.ms`` / ``.hours``): the finest unit given wins, as in Kafka.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+from urllib.parse import urlsplit
+
+from pylog.errors import ConfigError
+from pylog.log import LogConfig
+
+HOUR_MS = 3600 * 1000
+
+
+def _int(key: str, raw: str) -> int:
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise ConfigError(key, f"expected an integer, got {raw!r}") from None
+
+
+def _bool(key: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError(key, f"expected true or false, got {raw!r}")
+    return value == "true"
+
+
+def _str(key: str, raw: str) -> str:
+    return raw.strip()
+
+
+# key: (parser, default, one-line description). Defaults follow Kafka's.
+_SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
+    "broker.id": (_int, 0, "this broker's id, unique in a cluster"),
+    "broker.rack": (_str, None, "rack reported in Metadata (optional)"),
+    "listeners": (_str, "PLAINTEXT://127.0.0.1:9092", "PLAINTEXT://host:port to listen on"),
+    "advertised.listeners": (_str, None, "address given to clients, if not the listener's"),
+    "log.dirs": (_str, None, "comma-separated data directories (overrides log.dir)"),
+    "log.dir": (_str, "/tmp/pylog-logs", "data directory when log.dirs is not set"),
+    "num.partitions": (_int, 1, "partitions of auto-created topics"),
+    "default.replication.factor": (_int, 1, "replication factor of auto-created topics"),
+    "auto.create.topics.enable": (_bool, True, "create unknown topics on Metadata requests"),
+    "delete.topic.enable": (_bool, True, "allow DeleteTopics"),
+    "log.segment.bytes": (_int, 1 << 30, "roll a segment at this size"),
+    "log.roll.ms": (_int, None, "roll a segment after this long"),
+    "log.roll.hours": (_int, 168, "roll a segment after this many hours"),
+    "log.retention.ms": (_int, None, "delete segments older than this (-1: keep)"),
+    "log.retention.minutes": (_int, None, "as log.retention.ms, in minutes"),
+    "log.retention.hours": (_int, 168, "as log.retention.ms, in hours"),
+    "log.retention.bytes": (_int, -1, "delete old segments beyond this size (-1: no limit)"),
+    "log.retention.check.interval.ms": (_int, 300000, "how often retention runs"),
+    "log.index.interval.bytes": (_int, 4096, "bytes between offset index entries"),
+    "log.index.size.max.bytes": (_int, 10 * 1024 * 1024, "largest index file"),
+    "log.flush.interval.messages": (_int, None, "fsync after this many messages"),
+    "log.flush.interval.ms": (_int, None, "fsync after this long"),
+    "log.flush.scheduler.interval.ms": (_int, 1000, "how often time-based flushes are checked"),
+    "log.flush.expose.unflushed": (_bool, True, "false: consumers see only fsynced messages"),
+    "message.max.bytes": (_int, 1048588, "largest record batch accepted"),
+    "socket.request.max.bytes": (_int, 104857600, "largest request; bigger closes the connection"),
+    "socket.send.buffer.bytes": (_int, 102400, "SO_SNDBUF (-1: OS default)"),
+    "socket.receive.buffer.bytes": (_int, 102400, "SO_RCVBUF (-1: OS default)"),
+    "num.network.threads": (_int, 3, "processor threads that read, handle and write requests"),
+    "zookeeper.connect": (_str, None, "host:port[,host:port][/chroot]; set for cluster mode"),
+    "zookeeper.session.timeout.ms": (_int, 18000, "ZooKeeper session timeout"),
+    "zookeeper.connection.timeout.ms": (_int, 18000, "wait this long for the first connection"),
+}
+
+
+@dataclass(frozen=True)
+class Listener:
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """A checked broker configuration. ``values`` holds every key with its typed value."""
+
+    values: Mapping[str, object]
+
+    @classmethod
+    def load(cls, path: Path | str | None, overrides: list[str] | Mapping[str, str] = ()
+             ) -> "BrokerConfig":
+        """Read ``path`` (optional), then apply overrides (``"k=v"`` strings or a mapping).
+
+        Raises ConfigError naming the key for unknown keys or invalid values, and
+        ConfigError("config", ...) if the file cannot be read.
+        """
+        raw: dict[str, str] = {}
+        if path is not None:
+            try:
+                raw.update(parse_properties(Path(path).read_text()))
+            except OSError as exc:
+                raise ConfigError("config", f"cannot read {path}: {exc.strerror}") from None
+        if isinstance(overrides, Mapping):
+            raw.update({k: str(v) for k, v in overrides.items()})
+        else:
+            for item in overrides:
+                key, sep, value = item.partition("=")
+                if not sep:
+                    raise ConfigError(key.strip() or item, "override must be key=value")
+                raw[key.strip()] = value
+        return cls.from_mapping(raw)
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, str]) -> "BrokerConfig":
+        values = {key: default for key, (_, default, _) in _SETTINGS.items()}
+        explicit = set()
+        for key, text in raw.items():
+            if key not in _SETTINGS:
+                raise ConfigError(key, "unknown broker setting")
+            values[key] = _SETTINGS[key][0](key, text)
+            explicit.add(key)
+        config = cls(values)
+        config._check(explicit)
+        return config
+
+    def __getitem__(self, key: str):
+        return self.values[key]
+
+    def replace(self, **changes: object) -> "BrokerConfig":
+        """A copy with settings changed (keys spelled with ``_`` for ``.``)."""
+        values = dict(self.values)
+        values.update({k.replace("_", "."): v for k, v in changes.items()})
+        return dataclasses.replace(self, values=values)
+
+    def _check(self, explicit: set[str]) -> None:
+        for key in ("num.partitions", "num.network.threads", "message.max.bytes",
+                    "socket.request.max.bytes", "default.replication.factor"):
+            if self[key] < 1:
+                raise ConfigError(key, f"must be at least 1, got {self[key]}")
+        if self["broker.id"] < 0:
+            raise ConfigError("broker.id", "must not be negative")
+        self.listener  # parses and checks
+        if self["advertised.listeners"]:
+            self._parse_listener("advertised.listeners")
+        if not self.log_dirs:
+            raise ConfigError("log.dirs", "no directory given")
+        self.log_config  # checks log settings
+
+    def _parse_listener(self, key: str) -> Listener:
+        text = self[key]
+        first = text.split(",")[0].strip()
+        parts = urlsplit(first)
+        if parts.scheme.upper() != "PLAINTEXT" or not parts.hostname or parts.port is None:
+            raise ConfigError(key, f"expected PLAINTEXT://host:port, got {text!r}")
+        return Listener(parts.hostname, parts.port)
+
+    @property
+    def listener(self) -> Listener:
+        """Where the broker binds."""
+        return self._parse_listener("listeners")
+
+    @property
+    def advertised(self) -> Listener:
+        """Where clients are told to connect (the listener unless advertised.listeners)."""
+        if self["advertised.listeners"]:
+            return self._parse_listener("advertised.listeners")
+        listener = self.listener
+        host = "127.0.0.1" if listener.host in ("0.0.0.0", "") else listener.host
+        return Listener(host, listener.port)
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        text = self["log.dirs"] or self["log.dir"]
+        return [Path(part.strip()) for part in text.split(",") if part.strip()]
+
+    @property
+    def retention_ms(self) -> int | None:
+        if self["log.retention.ms"] is not None:
+            value = self["log.retention.ms"]
+        elif self["log.retention.minutes"] is not None:
+            value = self["log.retention.minutes"] * 60000
+        else:
+            value = self["log.retention.hours"] * HOUR_MS
+        return None if value < 0 else value
+
+    @property
+    def roll_ms(self) -> int:
+        if self["log.roll.ms"] is not None:
+            return self["log.roll.ms"]
+        return self["log.roll.hours"] * HOUR_MS
+
+    @property
+    def log_config(self) -> LogConfig:
+        """The default LogConfig of every partition (topic configs override it)."""
+        retention_bytes = self["log.retention.bytes"]
+        flush_messages = self["log.flush.interval.messages"]
+        flush_ms = self["log.flush.interval.ms"]
+        settings = {
+            "log.segment.bytes": ("segment_bytes", self["log.segment.bytes"]),
+            "log.roll.ms": ("segment_ms", self.roll_ms),
+            "log.index.interval.bytes": ("index_interval_bytes", self["log.index.interval.bytes"]),
+            "log.index.size.max.bytes": ("segment_index_bytes", self["log.index.size.max.bytes"]),
+            "log.flush.interval.messages": ("flush_messages", flush_messages),
+            "log.flush.interval.ms": ("flush_ms", flush_ms),
+            "log.retention.ms": ("retention_ms", self.retention_ms),
+            "log.retention.bytes": ("retention_bytes",
+                                    None if retention_bytes < 0 else retention_bytes),
+            "log.flush.expose.unflushed": ("expose_unflushed",
+                                           self["log.flush.expose.unflushed"]),
+            "message.max.bytes": ("max_batch_size", self["message.max.bytes"]),
+        }
+        kwargs = {}
+        for key, (field, value) in settings.items():
+            kwargs[field] = value
+        try:
+            return LogConfig(**kwargs)
+        except ConfigError as exc:
+            # Report the broker key, not the LogConfig field.
+            key = next((k for k, (f, _) in settings.items() if f == exc.key), exc.key)
+            raise ConfigError(key, exc.problem) from None
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """``key=value`` / ``key: value`` lines; ``#`` and ``!`` start comments."""
+    result: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped[0] in "#!":
+            continue
+        for sep_index, char in enumerate(stripped):
+            if char in "=:":
+                break
+        else:
+            raise ConfigError(stripped, f"line {number} is not key=value")
+        result[stripped[:sep_index].strip()] = stripped[sep_index + 1:].strip()
+    return result
+
+
+def describe_settings() -> list[tuple[str, object, str]]:
+    """(key, default, description) for every setting, for docs and --help."""
+    return [(key, default, text) for key, (_, default, text) in _SETTINGS.items()]

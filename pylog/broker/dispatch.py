@@ -1,0 +1,171 @@
+"""Route one request frame to its handler and encode the outcome.
+
+``Dispatcher.dispatch(payload)`` returns one of:
+
+* ``Reply`` -- the response as chunks (bytes and file regions) with its total size;
+* ``None`` -- no response at all (Produce with acks=0);
+* ``Parked`` -- a Fetch waiting for data; the network layer calls ``attempt`` again
+  when an append wakes it or its deadline passes.
+
+It raises ``CloseConnection`` for requests that cannot be answered on this connection
+(unknown API key, unsupported version, malformed or truncated frame), so the caller
+closes that connection and only that one.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from pylog.broker.admin import AdminHandlers
+from pylog.broker.fetch import FetchWork, close_regions, handle_list_offsets, start_fetch
+from pylog.broker.partitions import PartitionLogs
+from pylog.broker.produce import handle_produce
+from pylog.errors import InvalidRequestError, KafkaError, UnsupportedVersionError
+from pylog.protocol import (
+    MESSAGES, ApiKey, decode_request, encode_response_chunks, peek_header)
+
+log = logging.getLogger(__name__)
+
+# (min, max) versions advertised in ApiVersions and served.
+SERVED_VERSIONS: dict[int, tuple[int, int]] = {
+    ApiKey.PRODUCE: (0, 9),  # 0-2 advertised for librdkafka, refused per partition
+    ApiKey.FETCH: (4, 12),
+    ApiKey.LIST_OFFSETS: (1, 6),
+    ApiKey.METADATA: (0, 12),
+    ApiKey.FIND_COORDINATOR: (0, 3),
+    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.CREATE_TOPICS: (0, 5),
+    ApiKey.DELETE_TOPICS: (0, 4),
+    ApiKey.INIT_PRODUCER_ID: (0, 1),
+}
+# Group APIs are not advertised; a client that sends them anyway learns there is no
+# coordinator rather than losing its connection.
+GROUP_APIS = {ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT,
+              ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP, ApiKey.DESCRIBE_GROUPS,
+              ApiKey.LIST_GROUPS, ApiKey.FIND_COORDINATOR}
+UNSUPPORTED_VERSION = 35
+
+
+class CloseConnection(Exception):
+    """The request cannot be answered: close this connection (the message says why)."""
+
+
+@dataclass
+class Reply:
+    chunks: list  # bytes and FileRegion objects, in wire order
+    size: int
+
+
+@dataclass
+class Parked:
+    """A Fetch waiting for ``min_bytes``; ``deadline`` is on the dispatcher's clock."""
+
+    work: FetchWork
+    api_version: int
+    correlation_id: int
+
+    @property
+    def deadline(self) -> float:
+        return self.work.deadline
+
+    @property
+    def partitions(self):
+        return self.work.partitions
+
+    def attempt(self, final: bool) -> Reply | None:
+        body = self.work.attempt(final)
+        if body is None:
+            return None
+        return _reply(ApiKey.FETCH, self.api_version, self.correlation_id, body)
+
+    def cancel(self) -> None:
+        """Nothing to release: an unfinished attempt closes its own regions."""
+
+
+def _reply(api_key: int, version: int, correlation_id: int, body: dict) -> Reply:
+    try:
+        chunks, size = encode_response_chunks(api_key, version, correlation_id, body)
+    except BaseException:
+        if api_key == ApiKey.FETCH:
+            close_regions(body)
+        raise
+    return Reply(chunks, size)
+
+
+class Dispatcher:
+    """Decodes requests, calls handlers, encodes responses. Shared by all processors."""
+
+    def __init__(self, admin: AdminHandlers, logs: PartitionLogs,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.admin = admin
+        self.logs = logs
+        self.clock = clock
+
+    def dispatch(self, payload) -> Reply | Parked | None:
+        try:
+            api_key, version, correlation_id = peek_header(payload)
+        except InvalidRequestError:
+            raise CloseConnection(f"request of {len(payload)} bytes is too short for a header")
+        if api_key == ApiKey.API_VERSIONS and not self._served(api_key, version):
+            return self._api_versions_fallback(correlation_id)
+        if api_key not in MESSAGES:
+            raise CloseConnection(f"unknown api key {api_key}")
+        if not self._served(api_key, version) and api_key not in GROUP_APIS:
+            raise CloseConnection(f"unsupported version {version} of "
+                                  f"{MESSAGES[api_key].name}")
+        try:
+            request = decode_request(memoryview(payload))
+        except UnsupportedVersionError as error:
+            raise CloseConnection(str(error)) from None
+        except InvalidRequestError as error:
+            raise CloseConnection(f"malformed {MESSAGES[api_key].name} v{version}: {error}") \
+                from None
+        body = self._handle(api_key, version, request.body)
+        if body is None:
+            return None
+        if isinstance(body, FetchWork):
+            return self._first_attempt(body, version, correlation_id)
+        return _reply(api_key, version, correlation_id, body)
+
+    def _served(self, api_key: int, version: int) -> bool:
+        low, high = SERVED_VERSIONS.get(api_key, (0, -1))
+        return low <= version <= high
+
+    def _first_attempt(self, work: FetchWork, version: int, correlation_id: int):
+        parked = Parked(work, version, correlation_id)
+        reply = parked.attempt(final=work.deadline <= self.clock())
+        return parked if reply is None else reply
+
+    def _handle(self, api_key: int, version: int, body: dict):
+        if api_key == ApiKey.PRODUCE:
+            return handle_produce(body, version, self.logs)
+        if api_key == ApiKey.FETCH:
+            return start_fetch(body, version, self.logs, self.clock())
+        if api_key == ApiKey.LIST_OFFSETS:
+            return handle_list_offsets(body, version, self.logs)
+        if api_key == ApiKey.METADATA:
+            return self.admin.metadata_request(body, version)
+        if api_key == ApiKey.API_VERSIONS:
+            return api_versions_body(0)
+        if api_key == ApiKey.CREATE_TOPICS:
+            return self.admin.create_topics(body, version)
+        if api_key == ApiKey.DELETE_TOPICS:
+            return self.admin.delete_topics(body, version)
+        if api_key == ApiKey.INIT_PRODUCER_ID:
+            return self.admin.init_producer_id(body, version)
+        if api_key in GROUP_APIS:
+            return self.admin.no_coordinator(api_key, version)
+        raise CloseConnection(f"{MESSAGES[api_key].name} is not served")
+
+    def _api_versions_fallback(self, correlation_id: int) -> Reply:
+        """Unsupported ApiVersions version: error 35 with a v0 body listing our ranges."""
+        return _reply(ApiKey.API_VERSIONS, 0, correlation_id, api_versions_body(UNSUPPORTED_VERSION))
+
+
+def api_versions_body(error_code: int) -> dict:
+    return {"error_code": error_code, "throttle_time_ms": 0, "api_keys": [
+        {"api_key": int(key), "min_version": low, "max_version": high}
+        for key, (low, high) in sorted(SERVED_VERSIONS.items())]}

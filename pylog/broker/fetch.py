@@ -1,0 +1,159 @@
+"""Fetch (long poll, zero copy) and ListOffsets.
+
+A Fetch reads every requested partition as a ``FileRegion`` of its segment file; the
+network layer writes the response header and then ``os.sendfile``s each region. When
+fewer than ``min_bytes`` are available the request is parked (``FetchWork``) and tried
+again when an append to one of its partitions wakes it, or when ``max_wait_ms`` passes.
+No data past the high watermark is ever returned; the first batch comes whole even if
+it is larger than the size limits. SessionId 0: no fetch sessions.
+
+ListOffsets: -2 is the log start, -1 the high watermark, anything else a timestamp
+looked up through the time index and refined to the first record at or after it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from pylog.broker.partitions import PartitionLogs
+from pylog.errors import KafkaError, PylogError, UnsupportedVersionError
+from pylog.records import decode_batch
+from pylog.types import TopicPartition
+
+log = logging.getLogger(__name__)
+
+LATEST = -1
+EARLIEST = -2
+MIN_FETCH_VERSION = 4
+
+
+@dataclass
+class FetchWork:
+    """One Fetch request in progress; ``attempt`` until it returns a response body."""
+
+    body: dict
+    logs: PartitionLogs
+    deadline: float  # clock seconds
+    partitions: list[TopicPartition] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.partitions = [TopicPartition(t["topic"], p["partition"])
+                           for t in self.body["topics"] for p in t["partitions"]]
+
+    def attempt(self, final: bool) -> dict | None:
+        """The response body if ready (or ``final``); None to keep waiting."""
+        remaining = self.body["max_bytes"]
+        if remaining <= 0:
+            remaining = 1
+        total = 0
+        failed = False
+        topics_out = []
+        for topic in self.body["topics"]:
+            partitions_out = []
+            for p in topic["partitions"]:
+                result = self._read(topic["topic"], p, remaining)
+                records = result["records"]
+                size = len(records) if isinstance(records, bytes) else records.length
+                total += size
+                remaining -= size
+                failed = failed or result["error_code"] != 0
+                partitions_out.append(result)
+            topics_out.append({"topic": topic["topic"], "partitions": partitions_out})
+        response = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0,
+                    "responses": topics_out}
+        if final or failed or total >= self.body["min_bytes"]:
+            return response
+        close_regions(response)
+        return None
+
+    def _read(self, topic: str, p: dict, remaining: int) -> dict:
+        result = {"partition_index": p["partition"], "error_code": 0, "high_watermark": -1,
+                  "last_stable_offset": -1, "log_start_offset": -1,
+                  "aborted_transactions": None, "preferred_read_replica": -1,
+                  "records": b""}
+        try:
+            partition_log = self.logs.leader_log(topic, p["partition"])
+            budget = min(p["partition_max_bytes"], remaining)
+            if budget > 0:
+                read = partition_log.read(p["fetch_offset"], budget)
+                hw, start = read.high_watermark, read.log_start_offset
+                if read.region is not None:
+                    result["records"] = read.region
+            else:  # the request's byte budget is spent: report positions only
+                hw, start = partition_log.high_watermark, partition_log.log_start_offset
+            result.update(high_watermark=hw, last_stable_offset=hw, log_start_offset=start)
+        except KafkaError as error:
+            result["error_code"] = error.errno
+        return result
+
+
+def close_regions(response: dict) -> None:
+    """Close every file region of a Fetch response that will not be sent."""
+    for topic in response.get("responses", ()):
+        for p in topic["partitions"]:
+            region = p.get("records")
+            if hasattr(region, "close"):
+                region.close()
+
+
+def start_fetch(body: dict, version: int, logs: PartitionLogs, now: float) -> FetchWork | dict:
+    """A FetchWork to attempt (and maybe park), or an immediate error body."""
+    if version < MIN_FETCH_VERSION:
+        raise UnsupportedVersionError(f"Fetch v{version} is not supported; use v4 or later")
+    if body.get("session_id", 0) != 0 or body.get("session_epoch", -1) not in (-1, 0):
+        # No fetch sessions: tell the client to fall back to full fetches.
+        return {"throttle_time_ms": 0, "error_code": 70, "session_id": 0, "responses": []}
+    return FetchWork(body, logs, now + max(body["max_wait_ms"], 0) / 1000)
+
+
+def handle_list_offsets(body: dict, version: int, logs: PartitionLogs) -> dict:
+    topics_out = []
+    for topic in body["topics"]:
+        partitions_out = []
+        for p in topic["partitions"]:
+            result = {"partition_index": p["partition_index"], "error_code": 0,
+                      "old_style_offsets": [], "timestamp": -1, "offset": -1,
+                      "leader_epoch": -1}
+            try:
+                partition_log = logs.leader_log(topic["name"], p["partition_index"])
+                offset, timestamp = _lookup(partition_log, p["timestamp"])
+                result.update(offset=offset, timestamp=timestamp, leader_epoch=0,
+                              old_style_offsets=[] if offset < 0 else [offset])
+            except KafkaError as error:
+                result["error_code"] = error.errno
+            partitions_out.append(result)
+        topics_out.append({"name": topic["name"], "partitions": partitions_out})
+    return {"throttle_time_ms": 0, "topics": topics_out}
+
+
+def _lookup(partition_log, timestamp: int) -> tuple[int, int]:
+    if timestamp == LATEST:
+        return partition_log.high_watermark, -1
+    if timestamp == EARLIEST:
+        return partition_log.log_start_offset, -1
+    found = partition_log.offset_for_timestamp(timestamp)
+    if found is None:
+        return -1, -1
+    return _first_record_at_or_after(partition_log, found[0], timestamp, found[1])
+
+
+def _first_record_at_or_after(partition_log, batch_offset: int, timestamp: int,
+                              batch_max_timestamp: int) -> tuple[int, int]:
+    """Narrow a batch-level time index hit to the exact record (Kafka's answer)."""
+    try:
+        read = partition_log.read(batch_offset, 1)
+    except PylogError:
+        return batch_offset, batch_max_timestamp
+    if read.region is None:
+        return batch_offset, batch_max_timestamp
+    with read.region as region:
+        raw = region.read_bytes()
+    try:
+        batch = decode_batch(raw)
+    except PylogError:
+        return batch_offset, batch_max_timestamp
+    for record in batch.records:
+        if record.offset >= batch_offset and record.timestamp >= timestamp:
+            return record.offset, record.timestamp
+    return batch_offset, batch_max_timestamp

@@ -1,0 +1,334 @@
+"""The broker's network layer: one acceptor thread and N processor threads.
+
+The acceptor accepts connections and hands them round-robin to processors. Each
+processor owns its connections and a ``selectors`` loop: it reads size-prefixed
+frames, dispatches each request, and writes the responses in request order. A Fetch
+response goes out as its header bytes followed by ``os.sendfile`` from the segment
+file. A connection with a parked Fetch (long poll) reads nothing more until that
+Fetch is answered, which keeps responses in order and input bounded; other
+connections are unaffected. A frame larger than ``socket.request.max.bytes``, an
+unknown API or a malformed request closes that connection only, with one log line.
+
+Processors sleep in ``select``; appends wake them through a socketpair, and the
+nearest parked-Fetch deadline bounds the sleep. Nothing polls.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import os
+import selectors
+import socket
+import struct
+import threading
+import time
+from typing import Callable
+
+from pylog.broker.dispatch import CloseConnection, Dispatcher, Parked, Reply
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+RECV_CHUNK = 256 * 1024
+# Stop reading from a client whose responses pile up beyond this (it reads too slowly).
+MAX_QUEUED_RESPONSE_BYTES = 16 * 1024 * 1024
+
+
+class _PeerClosed(Exception):
+    """The client closed its end: not an error worth a log line."""
+
+
+class Connection:
+    """One client connection, owned by one processor thread."""
+
+    def __init__(self, sock: socket.socket, address: str) -> None:
+        self.sock = sock
+        self.address = address
+        self.inbound = bytearray()
+        self.outbound: collections.deque = collections.deque()  # bytes/memoryview/regions
+        self.head_sent = 0  # bytes of outbound[0] already sent
+        self.queued_bytes = 0
+        self.parked: Parked | None = None
+        self.events = 0
+
+    def queue(self, reply: Reply) -> None:
+        self.outbound.extend(reply.chunks)
+        self.queued_bytes += reply.size
+
+    def wants_read(self) -> bool:
+        return self.parked is None and self.queued_bytes < MAX_QUEUED_RESPONSE_BYTES
+
+    def release(self) -> None:
+        """Close the socket and every file region still queued."""
+        for chunk in self.outbound:
+            if hasattr(chunk, "close"):
+                chunk.close()
+        self.outbound.clear()
+        if self.parked is not None:
+            self.parked.cancel()
+            self.parked = None
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class Processor(threading.Thread):
+    """Reads, handles and writes for its share of the connections."""
+
+    def __init__(self, index: int, dispatcher: Dispatcher, max_request_bytes: int,
+                 add_waiter: Callable, remove_waiter: Callable,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(name=f"pylog-processor-{index}", daemon=True)
+        self.dispatcher = dispatcher
+        self.max_request_bytes = max_request_bytes
+        self.clock = clock
+        self._add_waiter = add_waiter
+        self._remove_waiter = remove_waiter
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._new: collections.deque = collections.deque()
+        self._connections: set[Connection] = set()
+        self._parked: set[Connection] = set()
+        self._woken = False
+        self._stopping = False
+
+    # -- called from other threads --------------------------------------------------------
+
+    def add(self, sock: socket.socket, address: str) -> None:
+        self._new.append((sock, address))
+        self.wakeup()
+
+    def wakeup(self) -> None:
+        try:
+            self._wake_w.send(b"\0")
+        except (BlockingIOError, OSError):
+            pass  # already pending, or shutting down
+
+    def stop(self) -> None:
+        self._stopping = True
+        self.wakeup()
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            while not self._stopping:
+                for key, mask in self._selector.select(self._timeout()):
+                    if key.data is None:
+                        self._drain_wakeups()
+                    else:
+                        self._on_event(key.data, mask)
+                self._accept_new()
+                self._retry_parked()
+        finally:
+            for conn in list(self._connections):
+                self._close(conn, None)
+            self._selector.close()
+            self._wake_r.close()
+            self._wake_w.close()
+
+    def _timeout(self) -> float | None:
+        if self._new:
+            return 0
+        if not self._parked:
+            return None
+        return max(0.0, min(c.parked.deadline for c in self._parked) - self.clock())
+
+    def _drain_wakeups(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except BlockingIOError:
+            pass
+        self._woken = True
+
+    def _accept_new(self) -> None:
+        while self._new:
+            sock, address = self._new.popleft()
+            sock.setblocking(False)
+            conn = Connection(sock, address)
+            self._connections.add(conn)
+            self._update_interest(conn)
+
+    def _on_event(self, conn: Connection, mask: int) -> None:
+        try:
+            if mask & selectors.EVENT_WRITE:
+                self._write(conn)
+            if mask & selectors.EVENT_READ and conn.wants_read():
+                self._read(conn)
+                self._process(conn)
+            self._update_interest(conn)
+        except _PeerClosed:
+            self._close(conn, None)
+        except CloseConnection as reason:
+            self._close(conn, str(reason))
+        except BlockingIOError:
+            self._update_interest(conn)
+        except OSError as error:
+            self._close(conn, f"{type(error).__name__}: {error.strerror or error}")
+        except Exception:
+            log.exception("connection from %s: unexpected error; closing it", conn.address)
+            self._close(conn, None)
+
+    def _read(self, conn: Connection) -> None:
+        chunk = conn.sock.recv(RECV_CHUNK)
+        if not chunk:
+            raise _PeerClosed
+        conn.inbound += chunk
+
+    def _process(self, conn: Connection) -> None:
+        """Handle every complete frame in the buffer, until a Fetch parks."""
+        while conn.parked is None and len(conn.inbound) >= 4:
+            size = _SIZE.unpack_from(conn.inbound, 0)[0]
+            if size < 0 or size > self.max_request_bytes:
+                raise CloseConnection(f"request size {size} is outside 0.."
+                                      f"{self.max_request_bytes} (socket.request.max.bytes)")
+            if len(conn.inbound) < 4 + size:
+                return
+            payload = bytes(conn.inbound[4:4 + size])
+            del conn.inbound[:4 + size]
+            outcome = self.dispatcher.dispatch(payload)
+            if isinstance(outcome, Reply):
+                conn.queue(outcome)
+                self._write(conn)
+            elif isinstance(outcome, Parked):
+                conn.parked = outcome
+                self._parked.add(conn)
+                self._add_waiter(outcome.partitions, self.wakeup)
+
+    def _retry_parked(self) -> None:
+        if not self._parked:
+            return
+        now = self.clock()
+        woken, self._woken = self._woken, False
+        for conn in list(self._parked):
+            parked = conn.parked
+            final = parked.deadline <= now
+            if not (woken or final):
+                continue
+            try:
+                reply = parked.attempt(final)
+                if reply is None:
+                    continue
+                self._unpark(conn)
+                conn.queue(reply)
+                self._write(conn)
+                self._process(conn)  # requests that arrived behind the Fetch
+                self._update_interest(conn)
+            except CloseConnection as reason:
+                self._close(conn, str(reason))
+            except OSError as error:
+                self._close(conn, f"{type(error).__name__}: {error}")
+            except Exception:
+                log.exception("connection from %s: unexpected error; closing it", conn.address)
+                self._close(conn, None)
+
+    def _unpark(self, conn: Connection) -> None:
+        parked = conn.parked
+        conn.parked = None
+        self._parked.discard(conn)
+        if parked is not None:
+            self._remove_waiter(parked.partitions, self.wakeup)
+
+    def _write(self, conn: Connection) -> None:
+        """Send as much as the socket takes without blocking."""
+        out = conn.outbound
+        fd = conn.sock.fileno()
+        try:
+            while out:
+                chunk = out[0]
+                if isinstance(chunk, (bytes, bytearray, memoryview)):
+                    sent = conn.sock.send(memoryview(chunk)[conn.head_sent:])
+                    total = len(chunk)
+                else:
+                    sent = os.sendfile(fd, chunk.fd, chunk.position + conn.head_sent,
+                                       chunk.length - conn.head_sent)
+                    if sent == 0:
+                        raise CloseConnection("segment file ended before the response did")
+                    total = chunk.length
+                conn.head_sent += sent
+                conn.queued_bytes -= sent
+                if conn.head_sent < total:
+                    return
+                out.popleft()
+                conn.head_sent = 0
+                if not isinstance(chunk, (bytes, bytearray, memoryview)):
+                    chunk.close()
+        except BlockingIOError:
+            return
+
+    def _update_interest(self, conn: Connection) -> None:
+        if conn.sock.fileno() < 0:
+            return
+        events = (selectors.EVENT_READ if conn.wants_read() else 0) | \
+                 (selectors.EVENT_WRITE if conn.outbound else 0)
+        if events == conn.events:
+            return
+        if conn.events == 0:
+            self._selector.register(conn.sock, events, conn)
+        elif events == 0:
+            self._selector.unregister(conn.sock)
+        else:
+            self._selector.modify(conn.sock, events, conn)
+        conn.events = events
+
+    def _close(self, conn: Connection, reason: str | None) -> None:
+        if reason:
+            log.warning("connection from %s closed: %s", conn.address, reason)
+        self._unpark(conn)
+        if conn.events:
+            try:
+                self._selector.unregister(conn.sock)
+            except (KeyError, ValueError):
+                pass
+            conn.events = 0
+        self._connections.discard(conn)
+        conn.release()
+
+
+class Acceptor(threading.Thread):
+    """Accepts connections on the listening socket and spreads them over processors."""
+
+    def __init__(self, server: socket.socket, processors: list[Processor],
+                 send_buffer: int, receive_buffer: int) -> None:
+        super().__init__(name="pylog-acceptor", daemon=True)
+        self.server = server
+        self.processors = processors
+        self.send_buffer = send_buffer
+        self.receive_buffer = receive_buffer
+        self._stopping = False
+
+    def run(self) -> None:
+        turn = itertools.cycle(self.processors)
+        while not self._stopping:
+            try:
+                sock, peer = self.server.accept()
+            except OSError:
+                if self._stopping:
+                    return
+                log.warning("accept failed", exc_info=True)
+                time.sleep(0.1)  # e.g. out of file descriptors: back off, do not spin
+                continue
+            self._configure(sock)
+            next(turn).add(sock, f"{peer[0]}:{peer[1]}")
+
+    def _configure(self, sock: socket.socket) -> None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.send_buffer > 0:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
+        if self.receive_buffer > 0:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
+
+    def stop(self) -> None:
+        self._stopping = True
+        try:
+            self.server.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.server.close()

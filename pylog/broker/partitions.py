@@ -1,0 +1,126 @@
+"""The broker's partitions: which logs it leads, opened on demand, and who waits on them.
+
+``PartitionLogs`` maps a (topic, partition) to this broker's ``Log`` if ClusterMetadata
+says the broker leads it, and otherwise raises the error a client expects:
+UNKNOWN_TOPIC_OR_PARTITION for a topic or partition that does not exist,
+NOT_LEADER_OR_FOLLOWER when another broker (or nobody) leads it. Logs are created with
+the topic's configs over the broker defaults. Partitions of topics that disappear from
+the metadata are deleted from disk.
+
+``AppendWaiters`` lets a parked Fetch sleep until an append to one of its partitions
+wakes it (no polling).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from typing import Callable
+
+from pylog.cluster.metadata import ClusterMetadata
+from pylog.errors import NotLeaderOrFollowerError, UnknownTopicOrPartitionError
+from pylog.log import Log, LogConfig, LogManager
+from pylog.types import TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+class AppendWaiters:
+    """Who to wake when a partition gets new data: ``wake`` callables per partition."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiters: dict[TopicPartition, dict[Callable[[], None], int]] = defaultdict(dict)
+
+    def add(self, partitions, wake: Callable[[], None]) -> None:
+        with self._lock:
+            for tp in partitions:
+                counts = self._waiters[tp]
+                counts[wake] = counts.get(wake, 0) + 1
+
+    def remove(self, partitions, wake: Callable[[], None]) -> None:
+        with self._lock:
+            for tp in partitions:
+                counts = self._waiters.get(tp)
+                if counts is None or wake not in counts:
+                    continue
+                counts[wake] -= 1
+                if counts[wake] == 0:
+                    del counts[wake]
+                if not counts:
+                    del self._waiters[tp]
+
+    def notify(self, tp: TopicPartition) -> None:
+        with self._lock:
+            wakes = list(self._waiters.get(tp, ()))
+        for wake in wakes:
+            wake()
+
+
+class PartitionLogs:
+    """Logs of the partitions this broker leads, by TopicPartition."""
+
+    def __init__(self, manager: LogManager, metadata: ClusterMetadata,
+                 default_config: LogConfig, waiters: AppendWaiters) -> None:
+        self.manager = manager
+        self.metadata = metadata
+        self.default_config = default_config
+        self.waiters = waiters
+        self._lock = threading.Lock()
+        self._logs: dict[TopicPartition, Log] = {}
+        self._known_topics: set[str] = set(metadata.topics())
+        for tp in manager.partitions():
+            # Apply each topic's configs to the logs loaded with the defaults.
+            self._attach(tp, manager.get_or_create(tp.topic, tp.partition,
+                                                   self.config_for(tp.topic)))
+
+    def _attach(self, tp: TopicPartition, partition_log: Log) -> None:
+        partition_log.add_append_listener(lambda _log, tp=tp: self.waiters.notify(tp))
+        self._logs[tp] = partition_log
+
+    def config_for(self, topic: str) -> LogConfig:
+        meta = self.metadata.topic(topic)
+        if meta is None or not meta.configs:
+            return self.default_config
+        return self.default_config.with_overrides(meta.configs)
+
+    def leader_log(self, topic: str, partition: int) -> Log:
+        """This broker's log of a partition it leads.
+
+        Raises UnknownTopicOrPartitionError or NotLeaderOrFollowerError.
+        """
+        tp = TopicPartition(topic, partition)
+        existing = self._logs.get(tp)
+        meta = self.metadata.topic(topic)
+        state = None if meta is None else meta.partitions.get(partition)
+        if state is None:
+            raise UnknownTopicOrPartitionError(f"{tp} does not exist")
+        if state.leader != self.metadata.local_broker_id:
+            raise NotLeaderOrFollowerError(f"broker {self.metadata.local_broker_id} does not "
+                                           f"lead {tp} (leader {state.leader})")
+        if existing is not None:
+            return existing
+        with self._lock:
+            existing = self._logs.get(tp)
+            if existing is None:
+                existing = self.manager.get_or_create(topic, partition, self.config_for(topic))
+                self._attach(tp, existing)
+            return existing
+
+    def local_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get(TopicPartition(topic, partition))
+
+    def on_metadata_change(self) -> None:
+        """Delete local partitions of topics that were known and are now gone."""
+        topics = self.metadata.topics()
+        current = set(topics)
+        gone = self._known_topics - current
+        self._known_topics = current
+        if not gone:
+            return
+        with self._lock:
+            for tp in [tp for tp in self._logs if tp.topic in gone]:
+                del self._logs[tp]
+                log.info("deleting %s: its topic was deleted", tp)
+                self.manager.delete_partition(tp.topic, tp.partition)

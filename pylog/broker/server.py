@@ -1,0 +1,162 @@
+"""``Broker``: storage, cluster state and the network layer, started and stopped together.
+
+Start order: bind the listening socket (so the advertised port is known even for port
+0), load the logs (recovering after a crash), build the ClusterMetadata, then start the
+processors and the acceptor. ``stop()`` reverses it: stop accepting, close connections,
+then flush, checkpoint and write the clean-shutdown marker (``LogManager.close``).
+
+``build_cluster_metadata(config, endpoint)`` is the one place that picks the cluster
+implementation: ZooKeeper when ``zookeeper.connect`` is set, standalone otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+import time
+from typing import Callable
+
+from pylog.broker.admin import AdminHandlers
+from pylog.broker.config import BrokerConfig
+from pylog.broker.dispatch import Dispatcher
+from pylog.broker.meta import ensure_meta
+from pylog.broker.network import Acceptor, Processor
+from pylog.broker.partitions import AppendWaiters, PartitionLogs
+from pylog.cluster.metadata import ClusterMetadata
+from pylog.cluster.standalone import StandaloneMetadata
+from pylog.log import LogManager
+from pylog.types import BrokerEndpoint
+
+log = logging.getLogger(__name__)
+
+
+def build_cluster_metadata(config: BrokerConfig, endpoint: BrokerEndpoint) -> ClusterMetadata:
+    """The ClusterMetadata this broker serves from, chosen by ``zookeeper.connect``."""
+    if config["zookeeper.connect"]:
+        from pylog.cluster.zk import ZkClusterMetadata
+
+        metadata = ZkClusterMetadata(
+            config["zookeeper.connect"], endpoint.broker_id, endpoint.host, endpoint.port,
+            endpoint.rack, session_timeout_ms=config["zookeeper.session.timeout.ms"],
+            connection_timeout_ms=config["zookeeper.connection.timeout.ms"])
+        ensure_meta(config.log_dirs, endpoint.broker_id, metadata.cluster_id)
+        return metadata
+    cluster_id = ensure_meta(config.log_dirs, endpoint.broker_id)
+    return StandaloneMetadata(config.log_dirs[0], endpoint, cluster_id)
+
+
+class Broker:
+    """One pylog broker.
+
+    >>> broker = Broker(BrokerConfig.load("conf/server.properties"))
+    >>> broker.start()          # binds, loads logs, serves
+    >>> broker.address          # ('127.0.0.1', 9092)
+    >>> broker.stop()           # clean shutdown
+
+    Raises ConfigError, KafkaStorageError (log dir locked) or OSError (port in use) from
+    ``start``.
+    """
+
+    def __init__(self, config: BrokerConfig, clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.clock = clock
+        self.metadata: ClusterMetadata | None = None
+        self.manager: LogManager | None = None
+        self._server: socket.socket | None = None
+        self._processors: list[Processor] = []
+        self._acceptor: Acceptor | None = None
+        self._stopped = threading.Event()
+        self._stop_lock = threading.Lock()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        assert self._server is not None, "not started"
+        return self._server.getsockname()[:2]
+
+    def start(self) -> "Broker":
+        self._server = self._bind()
+        try:
+            self._start_services()
+        except BaseException:
+            self._server.close()
+            self._close_storage()
+            raise
+        return self
+
+    def _bind(self) -> socket.socket:
+        listener = self.config.listener
+        server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind((listener.host, listener.port))
+        server.listen(512)
+        return server
+
+    def _start_services(self) -> None:
+        config = self.config
+        advertised = config.advertised
+        port = advertised.port or self.address[1]
+        endpoint = BrokerEndpoint(config["broker.id"], advertised.host, port, config["broker.rack"])
+        self.manager = LogManager(config.log_dirs, config.log_config)
+        self.manager.load()
+        self.manager.start(flush_check_ms=config["log.flush.scheduler.interval.ms"],
+                           retention_check_ms=config["log.retention.check.interval.ms"])
+        self.metadata = build_cluster_metadata(config, endpoint)
+        waiters = AppendWaiters()
+        logs = PartitionLogs(self.manager, self.metadata, config.log_config, waiters)
+        self.metadata.add_listener(logs.on_metadata_change)
+        dispatcher = Dispatcher(AdminHandlers(config, self.metadata, logs), logs, self.clock)
+        self._processors = [
+            Processor(i, dispatcher, config["socket.request.max.bytes"], waiters.add,
+                      waiters.remove, self.clock)
+            for i in range(config["num.network.threads"])]
+        for processor in self._processors:
+            processor.start()
+        self._acceptor = Acceptor(self._server, self._processors,
+                                  config["socket.send.buffer.bytes"],
+                                  config["socket.receive.buffer.bytes"])
+        self._acceptor.start()
+        log.info("broker %d serving on %s:%d (cluster %s)", endpoint.broker_id,
+                 endpoint.host, endpoint.port, self.metadata.cluster_id)
+
+    def stop(self) -> None:
+        """Stop serving, then flush and close every log with a clean-shutdown marker."""
+        with self._stop_lock:
+            if self._stopped.is_set():
+                return
+            if self._acceptor is not None:
+                self._acceptor.stop()
+                self._acceptor.join()
+            for processor in self._processors:
+                processor.stop()
+            for processor in self._processors:
+                processor.join()
+            self._close_storage()
+            self._stopped.set()
+            log.info("broker stopped cleanly")
+
+    def _close_storage(self) -> None:
+        if self.metadata is not None:
+            self.metadata.close()
+            self.metadata = None
+        if self.manager is not None:
+            self.manager.close()
+            self.manager = None
+
+    def serve_until_signal(self) -> None:
+        """Block until SIGTERM or SIGINT, then stop cleanly (call from the main thread)."""
+        requested = threading.Event()
+
+        def on_signal(signum, _frame) -> None:
+            log.info("received %s; shutting down", signal.Signals(signum).name)
+            requested.set()
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            while not requested.wait(3600):
+                pass
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self.stop()

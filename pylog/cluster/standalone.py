@@ -1,0 +1,137 @@
+"""``StandaloneMetadata``: the ClusterMetadata of a single broker without ZooKeeper.
+
+This broker is the only broker, the controller, and the leader of every partition.
+Topics and their configs live in memory and in ``topics.json`` under the broker's first
+log dir, rewritten through a temporary file and a rename after every change, so a crash
+leaves either the old or the new state::
+
+    {"version": 1,
+     "topics": {"events": {"partitions": 4, "configs": {"retention.ms": "3600000"}}}}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Callable, Mapping
+
+from pylog.cluster.metadata import PartitionState, TopicMetadata
+from pylog.cluster.placement import validate_topic_name
+from pylog.errors import (
+    InvalidPartitionsError, InvalidReplicationFactorError, TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError)
+from pylog.types import BrokerEndpoint
+
+STATE_FILE = "topics.json"
+_FORMAT_VERSION = 1
+
+
+class StandaloneMetadata:
+    """Cluster state of a broker that runs alone.
+
+    Parameters:
+        state_dir: where ``topics.json`` is kept (the broker's first log dir).
+        endpoint: this broker's id and advertised address.
+        cluster_id: the id reported in Metadata (kept stable by the caller).
+
+    >>> meta = StandaloneMetadata(Path("/data"), BrokerEndpoint(0, "127.0.0.1", 9092), "abc")
+    >>> meta.create_topic("events", num_partitions=4)
+    """
+
+    def __init__(self, state_dir: Path, endpoint: BrokerEndpoint, cluster_id: str) -> None:
+        self.cluster_id = cluster_id
+        self.local_broker_id = endpoint.broker_id
+        self._endpoint = endpoint
+        self._path = Path(state_dir) / STATE_FILE
+        self._lock = threading.Lock()
+        self._listeners: list[Callable[[], None]] = []
+        self._topics: dict[str, TopicMetadata] = {}
+        for name, entry in self._read_state().items():
+            self._topics[name] = self._topic(name, int(entry["partitions"]),
+                                             dict(entry.get("configs", {})))
+
+    def controller_id(self) -> int:
+        return self.local_broker_id
+
+    def brokers(self) -> list[BrokerEndpoint]:
+        return [self._endpoint]
+
+    def topics(self) -> Mapping[str, TopicMetadata]:
+        return dict(self._topics)
+
+    def topic(self, name: str) -> TopicMetadata | None:
+        return self._topics.get(name)
+
+    def create_topic(self, name: str, num_partitions: int, replication_factor: int = 1,
+                     configs: Mapping[str, str] | None = None) -> TopicMetadata:
+        """Create ``name`` with every partition led by this broker.
+
+        Raises InvalidTopicError, InvalidPartitionsError, InvalidReplicationFactorError
+        (anything but 1 or -1 meaning "default") and TopicAlreadyExistsError.
+        """
+        validate_topic_name(name)
+        if num_partitions < 1:
+            raise InvalidPartitionsError(f"number of partitions must be at least 1, "
+                                         f"got {num_partitions}")
+        if replication_factor not in (1, -1):
+            raise InvalidReplicationFactorError(
+                f"replication factor {replication_factor} is larger than the 1 broker available")
+        with self._lock:
+            if name in self._topics:
+                raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            topic = self._topic(name, num_partitions, dict(configs or {}))
+            topics = dict(self._topics)
+            topics[name] = topic
+            self._write_state(topics)
+            self._topics = topics
+        self._notify()
+        return topic
+
+    def delete_topic(self, name: str) -> None:
+        """Raises UnknownTopicOrPartitionError if ``name`` does not exist."""
+        with self._lock:
+            if name not in self._topics:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            topics = dict(self._topics)
+            del topics[name]
+            self._write_state(topics)
+            self._topics = topics
+        self._notify()
+
+    def add_listener(self, callback: Callable[[], None]) -> None:
+        self._listeners.append(callback)
+
+    def close(self) -> None:
+        self._listeners.clear()
+
+    def _topic(self, name: str, num_partitions: int, configs: dict[str, str]) -> TopicMetadata:
+        me = self.local_broker_id
+        partitions = {p: PartitionState(p, me, 0, (me,), (me,)) for p in range(num_partitions)}
+        return TopicMetadata(name, partitions, configs)
+
+    def _notify(self) -> None:
+        for callback in list(self._listeners):
+            callback()
+
+    def _read_state(self) -> dict:
+        try:
+            state = json.loads(self._path.read_text())
+        except FileNotFoundError:
+            return {}
+        if state.get("version") != _FORMAT_VERSION:
+            raise ValueError(f"{self._path}: unknown format version {state.get('version')!r}")
+        return state["topics"]
+
+    def _write_state(self, topics: Mapping[str, TopicMetadata]) -> None:
+        state = {"version": _FORMAT_VERSION, "topics": {
+            name: {"partitions": t.num_partitions, "configs": dict(t.configs)}
+            for name, t in sorted(topics.items())}}
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self._path.with_name(self._path.name + ".tmp")
+        with open(temporary, "w") as out:
+            json.dump(state, out, indent=1)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, self._path)
