@@ -1,0 +1,93 @@
+"""Fetch requests for many partitions: group by leader, send, sort out per-partition errors.
+
+Partitions answered without error are kept; partitions with a retriable error
+(NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, ...) stay pending and are retried
+after a metadata refresh; OFFSET_OUT_OF_RANGE raises PartitionOutOfRange so the caller
+can look the valid range up.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from pylog.client.network import NetworkClient, check_error
+from pylog.client.results import RawFetchResult
+from pylog.errors import KafkaError, OffsetOutOfRangeError, RetriableError
+from pylog.protocol import ApiKey
+from pylog.types import TopicPartition
+
+_MAX_INT32 = 2**31 - 1
+
+
+class PartitionOutOfRange(OffsetOutOfRangeError):
+    """Internal: the fetch offset of ``tp`` is out of range (range not looked up yet)."""
+
+    def __init__(self, tp: TopicPartition) -> None:
+        super().__init__(f"fetch offset out of range for {tp}")
+        self.tp = tp
+
+
+class FetchRequester:
+    """Runs Fetch requests for a SimpleConsumer."""
+
+    def __init__(self, network: NetworkClient, retry: Callable) -> None:
+        self._network = network
+        self._retry = retry
+
+    def fetch(self, offsets: dict[TopicPartition, int], max_bytes: int, max_wait_ms: int,
+              min_bytes: int) -> dict[TopicPartition, RawFetchResult]:
+        pending = dict(offsets)
+        results: dict[TopicPartition, RawFetchResult] = {}
+
+        def attempt() -> None:
+            by_leader: dict[int, list[TopicPartition]] = {}
+            for tp in pending:
+                by_leader.setdefault(self._network.leader_id(tp), []).append(tp)
+            error: KafkaError | None = None
+            for leader, tps in by_leader.items():
+                body = self._request_body({tp: pending[tp] for tp in tps}, max_bytes, max_wait_ms, min_bytes)
+                response = self._network.request_to(leader, ApiKey.FETCH, body)
+                check_error(response.get("error_code", 0), "Fetch")
+                error = self._collect(response, pending, results) or error
+            if pending:
+                raise error or KafkaError.for_code(3)(f"no fetch answer for {sorted(pending)}")
+
+        self._retry(attempt)
+        return results
+
+    @staticmethod
+    def _request_body(offsets: dict[TopicPartition, int], max_bytes: int, max_wait_ms: int,
+                      min_bytes: int) -> dict:
+        topics: dict[str, list] = {}
+        for tp, offset in offsets.items():
+            topics.setdefault(tp.topic, []).append({
+                "partition": tp.partition, "fetch_offset": offset, "current_leader_epoch": -1,
+                "log_start_offset": -1, "partition_max_bytes": min(max_bytes, _MAX_INT32)})
+        return {"replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes,
+                "max_bytes": min(max_bytes * len(offsets), _MAX_INT32), "isolation_level": 0,
+                "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+                "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
+
+    def _collect(self, response: dict, pending: dict, results: dict) -> KafkaError | None:
+        retriable: KafkaError | None = None
+        for topic in response["responses"]:
+            for p in topic["partitions"]:
+                tp = TopicPartition(topic["topic"], p["partition_index"])
+                if tp not in pending:
+                    continue
+                code = p["error_code"]
+                if code == OffsetOutOfRangeError.errno:
+                    raise PartitionOutOfRange(tp)
+                if code:
+                    cls = KafkaError.for_code(code)
+                    if not issubclass(cls, RetriableError):
+                        check_error(code, f"Fetch {tp}")
+                    self._network.mark_stale()
+                    retriable = cls(f"Fetch {tp}: {cls.name}")
+                    continue
+                records = p["records"]
+                results[tp] = RawFetchResult(tp.topic, tp.partition,
+                                             bytes(records) if records is not None else b"",
+                                             p["high_watermark"], p["log_start_offset"])
+                del pending[tp]
+        return retriable

@@ -1,0 +1,209 @@
+"""Producer: asynchronous sends with batching, compression, retries and delivery futures.
+
+``send()`` picks the partition, appends the record to the partition's open batch and
+returns a ``concurrent.futures.Future``; a background sender thread (see
+:mod:`pylog.client.sender`) ships batches when they reach ``batch_size`` bytes or have
+waited ``linger_ms``. Every future ends with a RecordMetadata or an exception.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future
+from typing import Any, Callable, Iterable, Mapping
+
+from pylog.client.accumulator import RecordAccumulator
+from pylog.client.network import NetworkClient
+from pylog.client.partitioner import as_partitioner
+from pylog.client.sender import Sender
+from pylog.errors import (
+    ConfigError,
+    PylogError,
+    RequestTimedOutError,
+    RetriableError,
+    UnknownTopicOrPartitionError,
+)
+from pylog.records import Compression
+from pylog.records.record import Headers
+from pylog.types import TopicPartition
+
+_ACKS = {"0": 0, "1": 1, "all": -1, "-1": -1}
+
+
+class Producer:
+    """Send records to topics.
+
+    >>> producer = Producer("127.0.0.1:9092", linger_ms=5, compression="zstd")
+    >>> future = producer.send("events", b"hello", key=b"user-1")
+    >>> future.result().offset
+    41
+    >>> producer.close()
+
+    Parameters: ``acks`` 0 (no answer), 1 (leader wrote it) or "all"/-1 (in-sync replicas
+    have it); ``linger_ms`` and ``batch_size`` (bytes) control batching; ``compression``
+    none/gzip/snappy/lz4/zstd; ``retries`` and ``retry_backoff_ms`` for retriable errors;
+    ``request_timeout_ms`` for every network call; ``partitioner`` (see
+    :mod:`pylog.client.partitioner`); ``max_in_flight`` requests per broker connection;
+    ``buffer_memory`` bytes may wait unsent before ``send`` blocks (at most
+    ``max_block_ms``); ``delivery_timeout_ms`` bounds the time from send to result.
+    Bad settings raise ConfigError naming the setting.
+    """
+
+    def __init__(self, bootstrap_servers: str | list[str], acks: int | str = 1, linger_ms: int = 5,
+                 batch_size: int = 16384, compression: str = "none", retries: int = 5,
+                 retry_backoff_ms: int = 100, request_timeout_ms: int = 30000,
+                 partitioner: Any = None, max_in_flight: int = 5, *, client_id: str = "pylog",
+                 buffer_memory: int = 32 * 1024 * 1024, max_block_ms: int = 60000,
+                 delivery_timeout_ms: int = 120000, metadata_max_age_ms: int = 300000,
+                 clock: Callable[[], float] = time.monotonic,
+                 wall_clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000) -> None:
+        self.acks = _parse_acks(acks)
+        for key, value in (("linger_ms", linger_ms), ("retries", retries),
+                           ("retry_backoff_ms", retry_backoff_ms)):
+            if value < 0:
+                raise ConfigError(key, f"must not be negative, got {value}")
+        for key, value in (("batch_size", batch_size), ("max_in_flight", max_in_flight),
+                           ("buffer_memory", buffer_memory)):
+            if value <= 0:
+                raise ConfigError(key, f"must be positive, got {value}")
+        codec = Compression.parse(compression)
+        self._network = NetworkClient(bootstrap_servers, client_id=client_id,
+                                      request_timeout_ms=request_timeout_ms,
+                                      metadata_max_age_ms=metadata_max_age_ms,
+                                      allow_auto_topic_creation=True, clock=clock)
+        self._partitioner = as_partitioner(partitioner)
+        self._clock = clock
+        self._wall_clock_ms = wall_clock_ms
+        self._max_block_s = max_block_ms / 1000
+        self._retry_backoff_s = retry_backoff_ms / 1000
+        on_new_batch = getattr(self._partitioner, "on_new_batch", None)
+        self._acc = RecordAccumulator(
+            batch_size=batch_size, linger_s=linger_ms / 1000, compression=codec,
+            buffer_memory=buffer_memory, clock=clock,
+            on_new_batch=(lambda tp: on_new_batch(tp.topic, tp.partition)) if on_new_batch else (lambda tp: None))
+        self._sender = Sender(self._network, self._acc, acks=self.acks, retries=retries,
+                              retry_backoff_s=self._retry_backoff_s,
+                              request_timeout_ms=request_timeout_ms,
+                              delivery_timeout_s=delivery_timeout_ms / 1000,
+                              max_in_flight=max_in_flight, clock=clock)
+        self._closed = False
+        self._sender.start()
+
+    def send(self, topic: str, value: bytes | str | None, key: bytes | str | None = None,
+             partition: int | None = None, headers: Mapping[str, Any] | Iterable | None = None,
+             timestamp: int | None = None) -> Future:
+        """Queue one record; the future resolves to RecordMetadata(topic, partition, offset, timestamp).
+
+        ``timestamp`` is in ms (default: now). Errors finding the topic or delivering the
+        record (UnknownTopicOrPartitionError, timeouts, broker errors) are set on the future.
+        Raises TypeError for values that are not bytes/str/None, PylogError once closed.
+        """
+        if self._closed:
+            raise PylogError("the producer is closed")
+        value_bytes = _to_bytes("value", value)
+        key_bytes = _to_bytes("key", key)
+        record_headers = _headers(headers)
+        ts = self._wall_clock_ms() if timestamp is None else int(timestamp)
+        try:
+            chosen = self._choose_partition(topic, key_bytes, partition)
+            return self._acc.append(TopicPartition(topic, chosen), key_bytes, value_bytes,
+                                    record_headers, ts, self._max_block_s)
+        except PylogError as exc:
+            failed: Future = Future()
+            failed.set_exception(exc)
+            return failed
+
+    def _choose_partition(self, topic: str, key: bytes | None, partition: int | None) -> int:
+        metadata = self._topic_metadata(topic)
+        partitions = sorted(metadata.partitions)
+        if partition is not None:
+            if partition not in metadata.partitions:
+                raise UnknownTopicOrPartitionError(f"{topic} has no partition {partition} "
+                                                   f"(partitions 0-{len(partitions) - 1})")
+            return partition
+        available = [p for p in partitions if metadata.partitions[p].leader >= 0]
+        return self._partitioner.partition(topic, key, partitions, available)
+
+    def _topic_metadata(self, topic: str):
+        deadline = self._clock() + self._max_block_s
+        while True:
+            try:
+                metadata = self._network.topic(topic)
+                if metadata.partitions:
+                    return metadata
+                raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partitions yet")
+            except RetriableError:
+                # A topic being auto-created answers LEADER_NOT_AVAILABLE for a moment.
+                if self._clock() + self._retry_backoff_s > deadline:
+                    raise
+                self._network.mark_stale()
+                time.sleep(self._retry_backoff_s)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything queued now and wait until every record has a result.
+
+        Raises RequestTimedOutError if that takes longer than ``timeout`` seconds.
+        """
+        deadline = None if timeout is None else self._clock() + timeout
+        acc = self._acc
+        with acc.cond:
+            acc.flushing += 1
+            acc.cond.notify_all()
+            try:
+                while acc.incomplete:
+                    remaining = None if deadline is None else deadline - self._clock()
+                    if remaining is not None and remaining <= 0:
+                        raise RequestTimedOutError(f"flush: {acc.incomplete} batches still undelivered "
+                                                   f"after {timeout:g}s")
+                    acc.cond.wait(1.0 if remaining is None else min(remaining, 1.0))
+            finally:
+                acc.flushing -= 1
+
+    def close(self, timeout: float | None = None) -> None:
+        """Deliver what is queued (within ``timeout`` seconds), stop the sender, disconnect.
+
+        Records still undelivered when the timeout passes fail with RequestTimedOutError.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        with self._acc.cond:
+            self._sender.closing = True
+            self._acc.cond.notify_all()
+        self._sender.join(timeout)
+        if self._sender.is_alive():
+            error = RequestTimedOutError("the producer was closed before the record was delivered")
+            for batch in self._acc.queued_batches():
+                self._sender._fail(batch, error)
+            self._sender.join(5)
+        self._network.close()
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def _parse_acks(acks: int | str) -> int:
+    parsed = _ACKS.get(str(acks).strip().lower())
+    if parsed is None:
+        raise ConfigError("acks", f"must be 0, 1 or all (-1), got {acks!r}")
+    return parsed
+
+
+def _to_bytes(name: str, value) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"{name} must be bytes, str or None, not {type(value).__name__}")
+
+
+def _headers(headers: Mapping[str, Any] | Iterable | None) -> Headers:
+    if not headers:
+        return ()
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    return tuple((str(k), _to_bytes("header value", v)) for k, v in pairs)
