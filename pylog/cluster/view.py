@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Callable, Mapping
 
@@ -55,6 +56,7 @@ class ClusterView:
         self._deletions: frozenset[str] = frozenset()
         self._claim_leadership = False
         self._snapshot: dict[str, TopicMetadata] = {}
+        self._hidden: tuple[dict, Mapping[str, TopicMetadata]] | None = None
 
     def start(self) -> None:
         """Set the root watches; returns once the initial state has been read."""
@@ -76,6 +78,23 @@ class ClusterView:
 
     def controller_id(self) -> int:
         return self._controller
+
+    def topics_without_own_leadership(self) -> Mapping[str, TopicMetadata]:
+        """The snapshot with this broker's leadership shown as -1 (cached per snapshot)."""
+        snapshot = self._snapshot
+        cached = self._hidden
+        if cached is None or cached[0] is not snapshot:
+            hidden = {name: self._hide_own(topic) for name, topic in snapshot.items()}
+            cached = self._hidden = (snapshot, MappingProxyType(hidden))
+        return cached[1]
+
+    def _hide_own(self, topic: TopicMetadata) -> TopicMetadata:
+        if all(state.leader != self._local_broker_id for state in topic.partitions.values()):
+            return topic
+        partitions = {p: replace(state, leader=NO_LEADER)
+                      if state.leader == self._local_broker_id else state
+                      for p, state in topic.partitions.items()}
+        return replace(topic, partitions=MappingProxyType(partitions))
 
     def marked_for_deletion(self, name: str) -> bool:
         return name in self._deletions

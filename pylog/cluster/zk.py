@@ -11,7 +11,9 @@ states. Listeners added with ``add_listener`` run on kazoo's callback thread and
 return quickly.
 
 Session handling: when the connection is suspended or the session lost, the broker stops
-reporting itself as leader of anything at once. When connected again under the same
+reporting itself as leader of anything at once; so it does when its session lease
+(``lease``) runs out, which covers the moment after a long pause before the ZooKeeper
+client has noticed anything. When connected again under the same
 session it resumes; under a new session it first registers again and re-reads cluster
 state, and only then claims leadership.
 """
@@ -29,6 +31,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from pylog.cluster import layout, view as view_events
 from pylog.cluster.controller import Controller
 from pylog.cluster.layout import BrokerRegistration
+from pylog.cluster.lease import SessionLease
 from pylog.cluster.metadata import NO_LEADER, PartitionState, TopicMetadata
 from pylog.cluster.placement import assign_replicas, validate_topic_name
 from pylog.cluster.registry import BrokerIdInUseError, BrokerRegistry
@@ -87,7 +90,11 @@ class ZkClusterMetadata:
             self._client.ensure_path(path)
         self.cluster_id = self._ensure_cluster_id()
         self._registry = BrokerRegistry(self._client, registration, clock=self._clock)
+        self._lease = SessionLease(self._client, self._session_timeout,
+                                   f"pylog-zk-lease-{self.local_broker_id}", self._clock)
+        started_at = self._clock()
         self._registry.register(stale_wait=self._session_timeout)
+        self._lease.renewed(started_at)
         self._registered_session = self._session_id()
         self._controller = Controller(self._client, self.local_broker_id)
         self._view = ClusterView(self._client, self.local_broker_id, self._on_view_change)
@@ -102,6 +109,7 @@ class ZkClusterMetadata:
         self._view.start()
         self._client.add_listener(self._on_session_state)
         self._worker.start()
+        self._lease.start()
         self._worker.request("elect")
 
     def _session_id(self) -> int | None:
@@ -126,10 +134,14 @@ class ZkClusterMetadata:
         return self._view.brokers()
 
     def topics(self) -> Mapping[str, TopicMetadata]:
-        return self._view.topics()
+        if self._lease.valid():
+            return self._view.topics()
+        return self._view.topics_without_own_leadership()
 
     def topic(self, name: str) -> TopicMetadata | None:
-        return self._view.topic(name)
+        if self._lease.valid():
+            return self._view.topic(name)
+        return self._view.topics_without_own_leadership().get(name)
 
     def is_controller(self) -> bool:
         return self._controller.active
@@ -195,6 +207,7 @@ class ZkClusterMetadata:
         self._closed = True
         self._client.remove_listener(self._on_session_state)
         self._worker.stop()
+        self._lease.stop()
         close_client(self._client)
 
     # -- internals -----------------------------------------------------------------------
@@ -249,6 +262,7 @@ class ZkClusterMetadata:
             return
         if self._registered_session != session_id:
             self._view.set_claim_leadership(False)
+            started_at = self._clock()
             try:
                 self._registry.register(stale_wait=self._session_timeout)
             except BrokerIdInUseError:
@@ -256,6 +270,7 @@ class ZkClusterMetadata:
                           self.local_broker_id, exc_info=True)
                 return
             self._view.refresh()
+            self._lease.renewed(started_at)
             self._registered_session = session_id
             log.info("broker %d registered again under a new ZooKeeper session",
                      self.local_broker_id)

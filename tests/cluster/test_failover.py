@@ -149,3 +149,26 @@ def test_suspended_connection_stops_claiming_leadership(tmp_path):
             assert metadata.session[0] == session[0]
         finally:
             metadata.close()
+
+
+class SteppableClock:
+    """time.monotonic plus an offset a test can push forward (a pause, as the broker sees it)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        import time
+        return time.monotonic() + self.offset
+
+
+def test_leadership_is_hidden_once_the_session_lease_runs_out(start_broker):
+    clock = SteppableClock()
+    broker = start_broker(1, clock=clock)
+    broker.create_topic("leased", 1)
+    wait_until(lambda: partition_states(broker, "leased")[0].leader == 1, message="leader")
+    clock.offset += SESSION_TIMEOUT_MS / 1000
+    assert broker.topic("leased").partitions[0].leader == NO_LEADER
+    assert broker.topics()["leased"].partitions[0].leader == NO_LEADER
+    wait_until(lambda: broker.topic("leased").partitions[0].leader == 1,
+               message="lease renewed by the next round trip")
