@@ -1,0 +1,121 @@
+"""Three real brokers coordinated through a real ZooKeeper, used by third-party clients."""
+
+from __future__ import annotations
+
+import pytest
+
+from pylog.client import Admin
+from tests.cluster import clients
+from tests.cluster.cluster_helpers import LocalCluster
+from tests.cluster.conftest import wait_until
+
+
+@pytest.fixture
+def cluster(tmp_path, zk_connect):
+    local = LocalCluster(tmp_path, zk_connect).start()
+    yield local
+    local.close()
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    with Admin(bootstrap) as admin:
+        admin.create_topic(name, num_partitions=partitions)
+
+
+def test_partitions_spread_and_every_client_works_through_any_broker(cluster):
+    create_topic(cluster.bootstrap(2), "spread", 6)
+    for broker_id in (1, 2, 3):
+        wait_until(lambda: cluster.leaders(broker_id, "spread") == {
+            p: 1 + p % 3 for p in range(6)}, message=f"leaders as broker {broker_id} sees them")
+    sent = set()
+    for partition in range(6):
+        values = [f"kcat-{partition}-{i}" for i in range(5)]
+        clients.kcat_produce(cluster.bootstrap(1), "spread", partition, values)
+        sent |= {(partition, v) for v in values}
+    confluent = [(p, f"ck-{p}-{i}") for p in range(6) for i in range(5)]
+    clients.confluent_produce(cluster.bootstrap(2), "spread", confluent)
+    kafka_python = [(p, f"kp-{p}-{i}") for p in range(6) for i in range(5)]
+    clients.kafka_python_produce(cluster.bootstrap(3), "spread", kafka_python)
+    sent |= set(confluent) | set(kafka_python)
+
+    partitions = list(range(6))
+    assert clients.kcat_consume(cluster.bootstrap(3), "spread", partitions) == sent
+    assert clients.confluent_consume(cluster.bootstrap(1), "spread", partitions,
+                                     len(sent)) == sent
+    assert clients.kafka_python_consume(cluster.bootstrap(2), "spread", partitions) == sent
+
+
+def offline(cluster, via: int, topic: str) -> set[int]:
+    return {p for p, leader in cluster.leaders(via, topic).items() if leader == -1}
+
+
+def test_killed_broker_takes_its_partitions_offline_and_back(cluster):
+    create_topic(cluster.bootstrap(1), "crash", 6)
+    wait_until(lambda: -1 not in cluster.leaders(1, "crash").values(), message="leaders")
+    before = [(p, f"before-{p}") for p in range(6)]
+    clients.confluent_produce(cluster.bootstrap(1), "crash", before)
+
+    cluster.brokers[2].kill()
+    for via in (1, 3):
+        wait_until(lambda: offline(cluster, via, "crash") == {1, 4},
+                   message=f"broker {via} to report partitions 1 and 4 offline")
+    cluster.wait_for_brokers([1, 3])
+    served = [0, 2, 3, 5]
+    during = [(p, f"during-{p}") for p in served]
+    clients.confluent_produce(cluster.bootstrap(3), "crash", during)
+    assert clients.kcat_consume(cluster.bootstrap(1), "crash", served) == {
+        item for item in before + during if item[0] in served}
+
+    cluster.brokers[2].start()
+    for via in (1, 2, 3):
+        wait_until(lambda: offline(cluster, via, "crash") == set(), message="leaders back")
+    assert clients.kafka_python_consume(cluster.bootstrap(3), "crash", [1, 4]) == {
+        (1, "before-1"), (4, "before-4")}
+    clients.kcat_produce(cluster.bootstrap(1), "crash", 4, ["after-4"])
+    assert clients.kcat_consume(cluster.bootstrap(2), "crash", [4]) == {
+        (4, "before-4"), (4, "after-4")}
+
+
+def test_killing_the_controller_hands_control_to_another_broker(cluster):
+    controller = wait_until(lambda: cluster.controller(1) if cluster.controller(1) in (1, 2, 3)
+                            else None, message="a controller")
+    assert {cluster.controller(b) for b in (1, 2, 3)} == {controller}
+    cluster.brokers[controller].kill()
+    survivors = [b for b in (1, 2, 3) if b != controller]
+    for via in survivors:
+        wait_until(lambda: cluster.controller(via) in survivors,
+                   message=f"broker {via} to report a surviving controller")
+    assert len({cluster.controller(b) for b in survivors}) == 1
+    create_topic(cluster.bootstrap(survivors[0]), "after", 4)
+    wait_until(lambda: sorted(cluster.leaders(survivors[1], "after").values()) == sorted(
+        survivors * 2), message="the new controller to elect leaders on live brokers")
+    items = [(p, f"after-{p}") for p in range(4)]
+    clients.confluent_produce(cluster.bootstrap(survivors[1]), "after", items)
+    assert clients.kcat_consume(cluster.bootstrap(survivors[0]), "after", list(range(4))) == set(items)
+
+
+def test_paused_broker_loses_its_session_and_registers_again(cluster):
+    create_topic(cluster.bootstrap(1), "paused", 3)
+    wait_until(lambda: cluster.leaders(3, "paused") == {0: 1, 1: 2, 2: 3}, message="leaders")
+    clients.kcat_produce(cluster.bootstrap(1), "paused", 1, ["kept"])
+    paused = cluster.brokers[2]
+    paused.pause()
+    try:
+        for via in (1, 3):
+            wait_until(lambda: offline(cluster, via, "paused") == {1},
+                       message="partition 1 offline while its leader is stopped")
+    finally:
+        paused.resume()
+    # From the moment it runs again until it has registered under a new session, the
+    # broker must not present itself as leader.
+    def leads_again() -> bool:
+        leader = cluster.leaders(2, "paused").get(1)
+        if leader == 2:
+            assert "registered again under a new ZooKeeper session" in paused.log_text()
+        return leader == 2
+
+    wait_until(leads_again, message="broker 2 to lead partition 1 again")
+    for via in (1, 3):
+        wait_until(lambda: cluster.leaders(via, "paused") == {0: 1, 1: 2, 2: 3},
+                   message="partition 1 led by broker 2 again")
+    assert clients.kcat_consume(cluster.bootstrap(3), "paused", [1]) == {(1, "kept")}
