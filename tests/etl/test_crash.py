@@ -1,0 +1,55 @@
+"""SIGKILL of `pylog load` (spark-submit and its driver) at each step, then a rerun.
+
+The killed run goes through the real wrapper and spark-submit in a session of its own;
+the driver's PYLOG_FAULT hook SIGKILLs that whole process group at the chosen point.
+The rerun uses the shared SparkSession: same run id, same plan, exactly-once result.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pylog.etl.errors import TableLockedError
+from pylog.etl.job import LoadRequest, run_load
+from pylog.etl.state import StateStore
+from pylog.testing.spark import spark_env
+from tests.etl.helpers import assert_exactly_once, broker_records, events, write_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def pylog_load(config_path: str, run_id: str, fault: str) -> subprocess.CompletedProcess:
+    env = spark_env()
+    env.update(PYLOG_FAULT=fault, SPARK_CONF_DIR=str(REPO / "conf"))
+    return subprocess.run(
+        [sys.executable, "-m", "pylog.cli.main", "load", "--config", config_path, "--run-id", run_id,
+         "--master", "local[2]"],
+        env=env, capture_output=True, text=True, timeout=300, start_new_session=True)
+
+
+@pytest.mark.parametrize("fault", ["after_plan", "mid_tasks", "before_commit"])
+def test_killed_load_then_rerun(spark, mock_cluster, tmp_path, fault):
+    config = write_config(tmp_path, mock_cluster.bootstrap, max_records_per_task=40)
+    mock_cluster.produce("ev", events(0, 400))
+    held = broker_records(mock_cluster.bootstrap, "ev")
+    state = StateStore(config.state)
+
+    killed = pylog_load(config.path, "crash-1", fault)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    plan = state.read_plan("ev", "crash-1")
+    assert plan is not None and len(plan.ranges) == 12  # 4 partitions x 100 records in 40s
+    done = state.count_markers("ev", "crash-1")
+    assert {"after_plan": done == 0, "mid_tasks": 0 < done < 12, "before_commit": done == 12}[fault]
+    assert state.committed_offsets("ev") == {} and state.list_audits("ev") == []
+
+    with pytest.raises(TableLockedError, match="crash-1"):  # its lock is still fresh
+        run_load(config, spark, LoadRequest(run_id="someone-else"))
+
+    audits = run_load(config, spark, LoadRequest(run_id="crash-1"))
+    assert audits[0].records_fetched == 400 and audits[0].rows_written == 400
+    assert sum(state.committed_offsets("ev").values()) == 400
+    assert_exactly_once(spark, tmp_path / "warehouse", "ev", held)
