@@ -1,0 +1,88 @@
+"""Broker configuration: Kafka names, defaults, unit families, errors naming the key."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pylog.broker.config import BrokerConfig, parse_properties
+from pylog.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_shipped_server_properties_loads():
+    config = BrokerConfig.load(REPO / "conf" / "server.properties")
+    assert config.listener.port == 9092 and config["num.partitions"] == 1
+    assert config.log_config.retention_ms == 168 * 3600 * 1000
+
+
+def test_defaults_and_overrides():
+    config = BrokerConfig.load(None, ["num.partitions=4", "log.dirs=/a,/b",
+                                      "auto.create.topics.enable=false"])
+    assert config["num.partitions"] == 4 and not config["auto.create.topics.enable"]
+    assert [str(p) for p in config.log_dirs] == ["/a", "/b"]
+    assert config["message.max.bytes"] == 1048588
+    assert config.log_config.max_batch_size == 1048588
+
+
+@pytest.mark.parametrize("settings, retention", [
+    ({}, 168 * 3600_000),
+    ({"log.retention.hours": "1"}, 3600_000),
+    ({"log.retention.hours": "1", "log.retention.minutes": "5"}, 300_000),
+    ({"log.retention.minutes": "5", "log.retention.ms": "1234"}, 1234),
+    ({"log.retention.ms": "-1"}, None),
+])
+def test_finest_retention_unit_wins(settings, retention):
+    assert BrokerConfig.load(None, settings).log_config.retention_ms == retention
+
+
+def test_roll_and_flush_settings_reach_the_log_config():
+    config = BrokerConfig.load(None, {"log.roll.ms": "5000", "log.flush.interval.messages": "10",
+                                      "log.flush.interval.ms": "200",
+                                      "log.retention.bytes": "1000000",
+                                      "log.flush.expose.unflushed": "false"})
+    log_config = config.log_config
+    assert log_config.segment_ms == 5000 and log_config.flush_messages == 10
+    assert log_config.flush_ms == 200 and log_config.retention_bytes == 1000000
+    assert log_config.expose_unflushed is False
+
+
+@pytest.mark.parametrize("settings, key", [
+    ({"no.such.key": "1"}, "no.such.key"),
+    ({"num.partitions": "many"}, "num.partitions"),
+    ({"num.partitions": "0"}, "num.partitions"),
+    ({"auto.create.topics.enable": "yes"}, "auto.create.topics.enable"),
+    ({"listeners": "SSL://host:1"}, "listeners"),
+    ({"listeners": "PLAINTEXT://nohost"}, "listeners"),
+    ({"log.segment.bytes": "10"}, "log.segment.bytes"),
+])
+def test_bad_settings_name_the_key(settings, key):
+    with pytest.raises(ConfigError) as caught:
+        BrokerConfig.load(None, settings)
+    assert caught.value.key == key and key in str(caught.value)
+
+
+def test_properties_syntax():
+    assert parse_properties("# c\n! c\n\na=1\nb : two words\nc=x=y\n") == {
+        "a": "1", "b": "two words", "c": "x=y"}
+    with pytest.raises(ConfigError):
+        parse_properties("just-a-word\n")
+
+
+def test_cli_reports_a_bad_key_in_one_line(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "pylog.cli.main", "broker", "--override", f"log.dirs={tmp_path}",
+         "--override", "log.retention.hourz=3"], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines() == [
+        "pylog broker: error: log.retention.hourz: unknown broker setting"]
+
+
+def test_cli_reports_a_missing_config_file(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "pylog.cli.main", "broker", "--config", str(tmp_path / "nope")],
+        capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -1,0 +1,98 @@
+"""confluent-kafka (librdkafka) producers with acks 0/1/all and consumers with assign()."""
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def produce(bootstrap, topic, messages, **config):
+    producer = Producer({"bootstrap.servers": bootstrap, **config})
+    errors = []
+
+    def delivered(err, _msg):
+        if err is not None:
+            errors.append(err)
+
+    for partition, key, value, headers, timestamp in messages:
+        producer.produce(topic, value=value, key=key, partition=partition, headers=headers,
+                         timestamp=timestamp, on_delivery=delivered)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    assert errors == []
+
+
+def consume(bootstrap, topic, start: dict[int, int], expected: int):
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "assign-only",
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, p, o) for p, o in start.items()])
+    messages, eof = [], set()
+    while len(eof) < len(start) or len(messages) < expected:
+        message = consumer.poll(10)
+        assert message is not None, f"stalled after {len(messages)} messages"
+        if message.error():
+            assert message.error().code() == -191, message.error()  # partition EOF
+            eof.add(message.partition())
+            continue
+        messages.append(message)
+    consumer.close()
+    return messages
+
+
+def create_topic(bootstrap, topic, partitions):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions)])
+    futures[topic].result(30)
+
+
+def sample(partitions, count, size=100):
+    base = 1_750_000_000_000
+    return [(i % partitions, b"k%d" % i, b"%d-" % i + b"v" * size,
+             [("n", b"%d" % i), ("src", b"ck")], base + i) for i in range(count)]
+
+
+def check(messages, sent, partitions):
+    assert len(messages) == len(sent)
+    for p in range(partitions):
+        got = [(m.key(), m.value(), m.headers(), m.timestamp()[1]) for m in messages
+               if m.partition() == p]
+        want = [(k, v, h, t) for (q, k, v, h, t) in sent if q == p]
+        assert got == want
+        offsets = [m.offset() for m in messages if m.partition() == p]
+        assert offsets == list(range(len(offsets)))
+
+
+@pytest.mark.parametrize("acks", ["0", "1", "all"])
+def test_acks_levels(broker, acks):
+    topic = f"ck-acks-{acks}"
+    create_topic(broker.bootstrap, topic, 4)
+    sent = sample(4, 2000)
+    produce(broker.bootstrap, topic, sent, acks=acks, **{"linger.ms": 5})
+    check(consume(broker.bootstrap, topic, {p: 0 for p in range(4)}, len(sent)), sent, 4)
+
+
+def test_large_batches_and_compression(broker):
+    topic = "ck-large"
+    sent = sample(1, 20000, size=1000)
+    produce(broker.bootstrap, topic, sent, acks="all", **{
+        "linger.ms": 50, "batch.size": 900000, "compression.type": "lz4"})
+    check(consume(broker.bootstrap, topic, {0: 0}, len(sent)), sent, 1)
+
+
+def test_idempotent_producer(broker):
+    topic = "ck-idempotent"
+    sent = sample(1, 500)
+    produce(broker.bootstrap, topic, sent, **{"enable.idempotence": True})
+    check(consume(broker.bootstrap, topic, {0: 0}, len(sent)), sent, 1)
+
+
+def test_assign_from_explicit_offsets(broker):
+    topic = "ck-offsets"
+    create_topic(broker.bootstrap, topic, 2)
+    sent = sample(2, 400)
+    produce(broker.bootstrap, topic, sent, acks="1")
+    messages = consume(broker.bootstrap, topic, {0: 150, 1: 10}, 50 + 190)
+    by_partition = {p: [m.offset() for m in messages if m.partition() == p] for p in (0, 1)}
+    assert by_partition[0] == list(range(150, 200))
+    assert by_partition[1] == list(range(10, 200))
+    assert [m.value() for m in messages if m.partition() == 0] == \
+        [v for (p, _, v, _, _) in sent if p == 0][150:]

@@ -1,0 +1,43 @@
+"""kafka-python with default settings: producer, assign + seek, offsets_for_times."""
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import KafkaAdminClient, NewTopic
+
+
+def test_produce_and_consume_with_defaults(broker):
+    topic = "kp-defaults"
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])
+    admin.close()
+    base = 1_760_000_000_000
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    futures = [producer.send(topic, key=b"k%d" % i, value=b"value %d" % i, partition=i % 2,
+                             headers=[("i", b"%d" % i)], timestamp_ms=base + i * 10)
+               for i in range(300)]
+    producer.flush()
+    assert all(f.get(timeout=10).offset == i // 2 for i, f in enumerate(futures))
+    producer.close()
+
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, consumer_timeout_ms=5000)
+    partitions = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+    consumer.assign(partitions)
+    consumer.seek_to_beginning()
+    records = list(consumer)
+    for p in (0, 1):
+        mine = [r for r in records if r.partition == p]
+        assert [r.key for r in mine] == [b"k%d" % i for i in range(p, 300, 2)]
+        assert [r.value for r in mine] == [b"value %d" % i for i in range(p, 300, 2)]
+        assert [r.headers for r in mine] == [[("i", b"%d" % i)] for i in range(p, 300, 2)]
+        assert [r.timestamp for r in mine] == [base + i * 10 for i in range(p, 300, 2)]
+
+    assert consumer.beginning_offsets(partitions) == {partitions[0]: 0, partitions[1]: 0}
+    assert consumer.end_offsets(partitions) == {partitions[0]: 150, partitions[1]: 150}
+    found = consumer.offsets_for_times({partitions[0]: base + 1005, partitions[1]: base + 10**9})
+    assert found[partitions[0]].offset == 51 and found[partitions[0]].timestamp == base + 1020
+    assert found[partitions[1]] is None
+
+    consumer.seek(partitions[1], 140)
+    consumer.pause(partitions[0])
+    tail = list(consumer)
+    assert [r.offset for r in tail] == list(range(140, 150))
+    consumer.close()
