@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from pylog.etl import faults
 from pylog.etl.config import TopicConfig
 from pylog.etl.errors import BadRecordThresholdError, LoaderError
 from pylog.etl.fs import Storage
@@ -24,7 +25,7 @@ from pylog.etl.state import StateStore
 
 
 def commit(state: StateStore, warehouse: Storage, plan: TablePlan, config: TopicConfig,
-           markers: list[TaskDoneMarker]) -> AuditEntry:
+           markers: list[TaskDoneMarker], fault: str | None = None) -> AuditEntry:
     """Commit ``plan`` (idempotent); returns its audit entry."""
     if len(markers) != len(plan.ranges):
         raise LoaderError(f"table {plan.table}: {len(markers)} of {len(plan.ranges)} tasks finished; "
@@ -32,7 +33,7 @@ def commit(state: StateStore, warehouse: Storage, plan: TablePlan, config: Topic
     check_threshold(plan, config, markers)
     replaced: list[str] = []
     if plan.kind == "backfill":
-        replaced = _swap_partitions(state, warehouse, plan, config)
+        replaced = _swap_partitions(state, warehouse, plan, config, fault)
     else:
         snapshot = state.offsets_snapshot(plan.table)
         if snapshot is None or snapshot.run_id != plan.run_id:
@@ -63,7 +64,7 @@ def check_threshold(plan: TablePlan, config: TopicConfig, markers: list[TaskDone
 
 
 def _swap_partitions(state: StateStore, warehouse: Storage, plan: TablePlan,
-                     config: TopicConfig) -> list[str]:
+                     config: TopicConfig, fault: str | None) -> list[str]:
     journal = state.read_swap(plan.table, plan.run_id)
     if journal is None:
         journal = [[table, *parts]
@@ -80,6 +81,7 @@ def _swap_partitions(state: StateStore, warehouse: Storage, plan: TablePlan,
             warehouse.delete(trash)
             warehouse.move(live, trash)
         warehouse.move(staged, live)
+        faults.fail_at("mid_swap", fault)
     # Hive partition specs for the audit, e.g. "page_views dt=2026-11-20/hr=07".
     return [f"{table} {'/'.join(parts)}" for table, *parts in journal]
 

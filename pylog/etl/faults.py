@@ -10,6 +10,9 @@ long-lived SparkSession too. Points:
                      before the offsets snapshot (or the backfill swap) is written
 ``fail_first_attempt`` every task raises after writing its files on attempt 0, so Spark
                      retries it (needs ``spark.task.maxFailures`` >= 2, e.g. ``local[2,2]``)
+``fail_later_tasks`` every task but the first raises after writing its files, on every
+                     attempt: the job fails midway with some ranges done
+``mid_swap``         a backfill's commit raises after replacing its first partition
 
 "Kills its process group" means SIGKILL to the driver's group, which is spark-submit with
 its JVM and Python children when spark-submit was started in a session of its own (as the
@@ -27,7 +30,8 @@ from pylog.errors import ConfigError
 from pylog.etl.errors import InjectedFault
 
 FAULT_ENV = "PYLOG_FAULT"
-POINTS = ("after_plan", "mid_tasks", "before_commit", "fail_first_attempt")
+POINTS = ("after_plan", "mid_tasks", "before_commit", "fail_first_attempt", "fail_later_tasks",
+          "mid_swap")
 
 
 def from_env() -> str | None:
@@ -55,6 +59,13 @@ def stall_task(fault: str | None, index: int, limit_s: float = 300.0) -> None:
             time.sleep(0.2)
 
 
-def fail_attempt(fault: str | None, attempt: int, name: str) -> None:
+def fail_attempt(fault: str | None, attempt: int, index: int, name: str) -> None:
     if fault == "fail_first_attempt" and attempt == 0:
         raise InjectedFault(f"task {name}: injected failure on attempt 0")
+    if fault == "fail_later_tasks" and index > 0:
+        raise InjectedFault(f"task {name}: injected failure")
+
+
+def fail_at(point: str, fault: str | None) -> None:
+    if fault == point:
+        raise InjectedFault(f"injected failure at {point}")

@@ -125,7 +125,7 @@ def _execute(config: LoaderConfig, spark, plan: TablePlan, topic: TopicConfig, s
     if missing:
         raise LoaderError(f"table {plan.table}: tasks finished without done markers for {missing}")
     faults.kill_driver_at("before_commit", fault)
-    return commit(state, warehouse, plan, topic, markers)
+    return commit(state, warehouse, plan, topic, markers, fault)
 
 
 def run_tasks(spark, specs: list[TaskSpec], description: str) -> list[TaskDoneMarker]:

@@ -76,7 +76,7 @@ def run_task(spec: TaskSpec, attempt: int = 0) -> TaskDoneMarker:
             close()
     rows, event_ms, quarantine = _combine(spec, fetched.parts)
     files = _write(spec, rows, event_ms, quarantine)
-    faults.fail_attempt(spec.fault, attempt, spec.range.name)
+    faults.fail_attempt(spec.fault, attempt, spec.index, spec.range.name)
     marker = TaskDoneMarker(
         range=spec.range, next_offset=fetched.next_offset, records_fetched=fetched.records,
         rows_written=rows.num_rows, quarantined=quarantine.num_rows, bytes_fetched=fetched.bytes,

@@ -15,6 +15,18 @@ from pylog.etl.config import LoaderConfig, load_config
 SCHEMA = {"user": "string", "n": "int64", "ts": "timestamp"}
 
 
+def produce(bootstrap: str, topic: str, values: list[bytes], partitions: int,
+            timestamps: list[int] | None = None) -> None:
+    """Produce through confluent-kafka (librdkafka), record i to partition i % partitions."""
+    import confluent_kafka
+
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "log_level": 3})
+    for i, value in enumerate(values):
+        producer.produce(topic, value=value, key=f"k{i}".encode(), partition=i % partitions,
+                         timestamp=timestamps[i] if timestamps else 0)
+    assert producer.flush(30) == 0
+
+
 class MockCluster:
     """librdkafka's in-process mock cluster (topics auto-created with 4 partitions)."""
 
