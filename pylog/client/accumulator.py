@@ -80,6 +80,7 @@ class RecordAccumulator:
                 batch = ProducerBatch(tp, BatchBuilder(compression=self.compression), self.clock())
                 queue.append(batch)
                 self._incomplete += 1
+                self.cond.notify_all()  # the sender sets its linger timer from the new batch
             before = batch.size
             batch.builder.append(key, value, headers, timestamp)
             self._bytes_held += batch.size - before

@@ -76,6 +76,7 @@ class Producer:
         self._wall_clock_ms = wall_clock_ms
         self._max_block_s = max_block_ms / 1000
         self._retry_backoff_s = retry_backoff_ms / 1000
+        self._retries = retries
         on_new_batch = getattr(self._partitioner, "on_new_batch", None)
         self._acc = RecordAccumulator(
             batch_size=batch_size, linger_s=linger_ms / 1000, compression=codec,
@@ -126,15 +127,18 @@ class Producer:
 
     def _topic_metadata(self, topic: str):
         deadline = self._clock() + self._max_block_s
+        unknown = 0
         while True:
             try:
                 metadata = self._network.topic(topic)
                 if metadata.partitions:
                     return metadata
                 raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partitions yet")
-            except RetriableError:
-                # A topic being auto-created answers LEADER_NOT_AVAILABLE for a moment.
-                if self._clock() + self._retry_backoff_s > deadline:
+            except RetriableError as exc:
+                # A topic being auto-created answers LEADER_NOT_AVAILABLE for a moment; a
+                # topic that stays unknown for ``retries`` refreshes does not exist.
+                unknown += isinstance(exc, UnknownTopicOrPartitionError)
+                if unknown > self._retries or self._clock() + self._retry_backoff_s > deadline:
                     raise
                 self._network.mark_stale()
                 time.sleep(self._retry_backoff_s)
