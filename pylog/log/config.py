@@ -70,12 +70,17 @@ class LogConfig:
         Raises ConfigError naming the key for an unknown key or a value that is not valid.
         """
         changes: dict[str, object] = {}
+        given: dict[str, str] = {}
         for key, raw in overrides.items():
             field = _KAFKA_NAMES.get(key, key)
             if field not in _FIELD_TYPES:
                 raise ConfigError(key, "not a log config")
             changes[field] = _parse_value(key, field, raw)
-        return dataclasses.replace(self, **changes)
+            given[field] = key
+        try:
+            return dataclasses.replace(self, **changes)
+        except ConfigError as exc:
+            raise ConfigError(given.get(exc.key, exc.key), exc.problem) from None
 
 
 _KAFKA_NAMES = {
