@@ -36,6 +36,7 @@ from pylog.log.config import LogConfig
 from pylog.log.loader import load_segments
 from pylog.log.results import AppendInfo, FileRegion, ReadResult
 from pylog.log.segment import LogSegment
+from pylog.records.batch import decode_batch
 from pylog.records.header import BatchHeader, iter_batch_headers, set_base_offset
 
 log = logging.getLogger(__name__)
@@ -318,8 +319,12 @@ class Log:
             return ReadResult(region, high_watermark, start)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
-        """``(offset, timestamp)`` of the first batch below the high watermark whose max
-        timestamp is >= ``timestamp_ms``, via the time index; None if there is none."""
+        """``(offset, timestamp)`` of the first record below the high watermark whose
+        timestamp is >= ``timestamp_ms``; None if there is none.
+
+        The time index and batch headers find the batch; only that batch is decoded to
+        pick the record (if it cannot be decoded, its first offset and max timestamp).
+        """
         with self._lock:
             self._check_open()
             high_watermark = self.high_watermark
@@ -329,10 +334,12 @@ class Log:
                 found = segment.find_timestamp(timestamp_ms)
                 if found is None:
                     continue
-                header = found[1]
+                position, header = found
                 if header.base_offset >= high_watermark:
                     return None
-                return max(header.base_offset, self._log_start_offset), header.max_timestamp
+                raw = segment.records.read(position, header.size)
+                offset, timestamp = _first_record_at_or_after(raw, header, timestamp_ms)
+                return max(offset, self._log_start_offset), timestamp
             return None
 
     # -- retention and truncation ---------------------------------------------------------
@@ -429,3 +436,14 @@ class Log:
     def __repr__(self) -> str:
         return (f"Log({self.directory}, start={self._log_start_offset}, "
                 f"end={self.log_end_offset}, segments={len(self._segments)})")
+
+
+def _first_record_at_or_after(raw: bytes, header: BatchHeader, timestamp_ms: int) -> tuple[int, int]:
+    try:
+        batch = decode_batch(raw)
+    except CorruptRecordError:
+        return header.base_offset, header.max_timestamp
+    for record in batch.records:
+        if record.timestamp >= timestamp_ms:
+            return record.offset, record.timestamp
+    return header.base_offset, header.max_timestamp

@@ -17,6 +17,7 @@ from pylog.errors import (
     UnsupportedMagicError,
 )
 from pylog.log import AppendInfo, Log, LogConfig
+from pylog.records import Compression, build_batch
 from pylog.records.header import iter_batch_headers, read_batch_header
 from tests.log.batches import make_batch
 
@@ -173,6 +174,18 @@ def test_offset_for_timestamp(tmp_path):
     for target in [base - 5, base, base + 1, base + 155, base + 300, base + 590, base + 591]:
         expected = next(((2 * i, ts) for i, ts in enumerate(stamps) if ts >= target), None)
         assert log.offset_for_timestamp(target) == expected
+    log.close()
+
+
+def test_offset_for_timestamp_picks_the_record_inside_the_batch(tmp_path):
+    log = Log.open(tmp_path / "t-0", LogConfig())
+    log.append(make_batch(3, timestamp_ms=50))
+    log.append(build_batch([(b"k", b"a", (), 100), (b"k", b"b", (), 300), (b"k", b"c", (), 200)],
+                           compression=Compression.ZSTD))
+    assert log.offset_for_timestamp(60) == (3, 100)
+    assert log.offset_for_timestamp(150) == (4, 300)
+    assert log.offset_for_timestamp(300) == (4, 300)
+    assert log.offset_for_timestamp(301) is None
     log.close()
 
 
