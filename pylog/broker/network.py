@@ -170,6 +170,10 @@ class Processor(threading.Thread):
             self._close(conn, str(reason))
         except BlockingIOError:
             self._update_interest(conn)
+        except ConnectionResetError:
+            # Clients commonly reset instead of closing: routine, not a warning.
+            log.info("connection from %s reset by the client", conn.address)
+            self._close(conn, None)
         except OSError as error:
             self._close(conn, f"{type(error).__name__}: {error.strerror or error}")
         except Exception:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from pylog.protocol import primitives as p
@@ -39,6 +40,7 @@ class VersionRange:
     high: int  # inclusive; a large number for "N+"
 
     @classmethod
+    @lru_cache(maxsize=None)
     def parse(cls, text: str) -> "VersionRange":
         if text == "none":
             return cls(1, 0)
