@@ -14,7 +14,6 @@ Durability: everything below ``recovery_point`` has been fsynced. Opening withou
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import logging
 import os
 import shutil
@@ -208,7 +207,7 @@ class Log:
             assigned = []
             for position, header in batches:
                 set_base_offset(buf, position, next_offset)
-                assigned.append((position, dataclasses.replace(header, base_offset=next_offset)))
+                assigned.append((position, next_offset, header))
                 next_offset += header.last_offset_delta + 1
             max_timestamp = max(h.max_timestamp for _, h in batches)
             segment = self._maybe_roll(len(buf), next_offset - 1, max_timestamp)

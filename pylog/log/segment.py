@@ -89,30 +89,31 @@ class LogSegment:
             return incoming_timestamp - self.first_batch_timestamp
         return now_ms - self.created_ms
 
-    def _index_batch(self, position: int, header: BatchHeader) -> None:
-        """Account for one batch written at ``position`` (shared by append and rebuild)."""
+    def _index_batch(self, position: int, base_offset: int, header: BatchHeader) -> None:
+        """Account for one batch written at ``position`` (shared by append and rebuild);
+        ``base_offset`` is the batch's assigned one."""
         if header.max_timestamp > self.max_timestamp:
             self.max_timestamp = header.max_timestamp
-            self._offset_of_max_timestamp = header.base_offset
+            self._offset_of_max_timestamp = base_offset
         if (self._bytes_since_last_index_entry > self._index_interval
                 and not self.offset_index.is_full and not self.time_index.is_full):
-            self.offset_index.append(header.base_offset, position)
+            self.offset_index.append(base_offset, position)
             self.time_index.maybe_append(self.max_timestamp, self._offset_of_max_timestamp)
             self._bytes_since_last_index_entry = 0
         self._bytes_since_last_index_entry += header.size
         if self.first_batch_timestamp is None:
             self.first_batch_timestamp = header.max_timestamp
-        self.next_offset = header.next_offset
+        self.next_offset = base_offset + header.last_offset_delta + 1
 
     # -- writes ---------------------------------------------------------------------------
 
     def append(self, buf: bytes | bytearray | memoryview,
-               batches: list[tuple[int, BatchHeader]]) -> None:
-        """Write already-validated batches (offsets assigned); ``batches`` holds each
-        batch's position within ``buf`` and its header."""
+               batches: list[tuple[int, int, BatchHeader]]) -> None:
+        """Write already-validated batches with offsets assigned; ``batches`` holds each
+        batch's position within ``buf``, its assigned base offset and its header."""
         start = self.records.append(buf)
-        for position, header in batches:
-            self._index_batch(start + position, header)
+        for position, base_offset, header in batches:
+            self._index_batch(start + position, base_offset, header)
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch that ends at or after ``offset`` (so the batch holding
@@ -183,7 +184,8 @@ class LogSegment:
         self.offset_index.resize(self._max_index_size)
         self.time_index.resize(self._max_index_size)
         self._reset_state()
-        valid_end, problem = self.records.validate(0, self.base_offset, max_batch_size, self._index_batch)
+        valid_end, problem = self.records.validate(
+            0, self.base_offset, max_batch_size, lambda pos, h: self._index_batch(pos, h.base_offset, h))
         truncated = self.records.truncate_to(valid_end)
         if truncated:
             log.warning("%s: truncated %d bytes at position %d: %s",
