@@ -54,3 +54,20 @@ def zk_client(zk_connect):
     client = connect_client(zk_connect, session_timeout=5.0, connection_timeout=10.0)
     yield client
     close_client(client)
+
+
+@pytest.fixture
+def zk_client_for():
+    """``zk_client_for(connect)`` -> a plain kazoo client on that chroot, closed after."""
+    from pylog.cluster.session import close_client, connect_client
+
+    opened = []
+
+    def open_client(connect: str):
+        client = connect_client(connect, session_timeout=5.0, connection_timeout=10.0)
+        opened.append(client)
+        return client
+
+    yield open_client
+    for client in opened:
+        close_client(client)

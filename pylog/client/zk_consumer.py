@@ -1,0 +1,429 @@
+"""ZkConsumer: the seeds' high-level consumer, its group coordinated through ZooKeeper.
+
+Members register under ``/consumers/<group>/ids`` and watch the group's members, the
+brokers and the topics. Any change triggers a rebalance on a background thread:
+
+1. compute the range assignment (``pylog.cluster.consumer_group.range_assign``);
+2. commit the offsets of the partitions that move away and release their ``owners``
+   nodes first (partitions that stay keep their position);
+3. claim the rest of the new share ephemerally under ``owners``; if a previous owner has not released
+   a partition yet, release what was claimed, back off and start the rebalance again;
+4. read the start offsets from ``offsets`` (earliest or latest for a new group).
+
+Delivery is at least once: a record counts as processed only when the application comes
+back for more (the next iteration step, ``poll`` or ``commit``), and only processed
+offsets are committed. After a crash, the partition's next owner starts from the last
+commit and may see some records again, never skip one. A consumer whose ZooKeeper
+connection is suspended stops handing out records; once its session is lost it owns
+nothing until it has rejoined under a new session.
+
+The log layout of the group's nodes is in ``pylog.cluster.consumer_group``.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator
+
+from kazoo.client import KazooState
+from kazoo.recipe.watchers import ChildrenWatch
+
+from pylog.client.consumer import SimpleConsumer
+from pylog.client.results import OffsetOutOfRange
+from pylog.cluster import layout
+from pylog.cluster.consumer_group import GroupStore, Subscription, range_assign
+from pylog.cluster.layout import BrokerRegistration
+from pylog.cluster.session import close_client, connect_client
+from pylog.cluster.worker import CoalescingWorker
+from pylog.errors import ConfigError, PylogError, RetriableError
+from pylog.records.record import Headers
+from pylog.types import TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumedRecord:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers = ()
+
+
+class RebalanceFailedError(RetriableError):
+    """Partitions stayed owned by other consumers through every rebalance attempt."""
+
+
+class ZkConsumer:
+    """A member of a ZooKeeper-coordinated consumer group.
+
+    Parameters:
+        zookeeper_connect: ``host:port[,...][/chroot]`` of the cluster.
+        group_id: the consumer group.
+        topics / topic_pattern: named topics, or a whitelist regex matched against every
+            topic name (like ``createMessageStreamsByFilter``); exactly one of the two.
+        bootstrap_servers: brokers to fetch from; read from ``/brokers/ids`` if None.
+        auto_offset_reset: ``earliest`` or ``latest``, where a group without a committed
+            offset starts (also used after an out-of-range offset).
+        auto_commit / auto_commit_interval_ms: commit processed offsets periodically.
+        session_timeout_ms: ZooKeeper session timeout; a crashed member's partitions move
+            after it.
+        rebalance_max_retries / rebalance_backoff_ms: claiming partitions still owned by
+            someone else is retried this often, this far apart.
+        consumer_timeout_ms: iteration ends after this long without a record (None: never).
+
+    >>> with ZkConsumer("127.0.0.1:2181", "billing", topics=["events"]) as consumer:
+    ...     for record in consumer:
+    ...         handle(record.value)
+
+    Raises ConfigError for bad parameters and ZooKeeperUnavailableError if ZooKeeper
+    cannot be reached.
+    """
+
+    def __init__(self, zookeeper_connect: str, group_id: str, *, topics: Iterable[str] = (),
+                 topic_pattern: str | None = None,
+                 bootstrap_servers: str | list[str] | None = None,
+                 auto_offset_reset: str = "earliest", auto_commit: bool = True,
+                 auto_commit_interval_ms: int = 5000, session_timeout_ms: int = 6000,
+                 rebalance_max_retries: int = 20, rebalance_backoff_ms: int = 250,
+                 fetch_max_bytes: int = 1048576, fetch_max_wait_ms: int = 100,
+                 consumer_timeout_ms: int | None = None, consumer_id: str | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.subscription = _subscription(tuple(topics), topic_pattern)
+        if auto_offset_reset not in ("earliest", "latest"):
+            raise ConfigError("auto_offset_reset", f"must be earliest or latest, "
+                                                   f"got {auto_offset_reset!r}")
+        if not group_id:
+            raise ConfigError("group_id", "must not be empty")
+        self.group_id = group_id
+        self.consumer_id = consumer_id or (
+            f"{group_id}_{socket.gethostname()}-{int(time.time() * 1000)}-{uuid.uuid4().hex[:8]}")
+        self._reset = auto_offset_reset
+        self._auto_commit = auto_commit
+        self._commit_interval = auto_commit_interval_ms / 1000
+        self._rebalance_retries = rebalance_max_retries
+        self._rebalance_backoff = rebalance_backoff_ms / 1000
+        self._fetch_max_bytes = fetch_max_bytes
+        self._fetch_max_wait_ms = fetch_max_wait_ms
+        self._consumer_timeout = None if consumer_timeout_ms is None else consumer_timeout_ms / 1000
+        self._clock, self._sleep = clock, sleep
+        self._lock = threading.Condition()
+        self._claim_counter = 0
+        self._claims: dict[TopicPartition, int] = {}
+        self._owned: frozenset[TopicPartition] = frozenset()
+        self._positions: dict[TopicPartition, int | None] = {}
+        self._processed: dict[TopicPartition, int] = {}
+        self._committed: dict[TopicPartition, int] = {}
+        self._unprocessed: list[tuple[ConsumedRecord, int]] = []
+        self._paused = False
+        self._closed = False
+        self._next_commit = clock() + self._commit_interval
+        self._client = connect_client(zookeeper_connect, session_timeout_ms / 1000,
+                                      session_timeout_ms / 1000 + 10)
+        self._store = GroupStore(self._client, group_id)
+        self._bootstrap = bootstrap_servers
+        self._fetcher = SimpleConsumer(self._bootstrap_servers(), client_id=self.consumer_id,
+                                       retries=1, retry_backoff_ms=50)
+        self._store.ensure_paths()
+        self._store.register(self.consumer_id, self.subscription, int(time.time() * 1000))
+        self._session_id = self._client.client_id[0]
+        self._worker = CoalescingWorker(f"zk-consumer-{group_id}", [
+            ("rejoin", self._rejoin), ("rebalance", self._rebalance)],
+            retry_delay=self._rebalance_backoff).start()
+        for path in (self._store.ids_path, layout.BROKER_IDS, layout.BROKER_TOPICS):
+            self._client.ensure_path(path)
+            ChildrenWatch(self._client, path, self._on_children)
+        self._client.add_listener(self._on_session_state)
+
+    # -- the application's side ---------------------------------------------------------
+
+    def __iter__(self) -> Iterator[ConsumedRecord]:
+        """Records as they arrive; each counts as processed when the next is asked for."""
+        idle_since = self._clock()
+        while not self._closed:
+            batch = self._next_batch(timeout=0.5)
+            if not batch:
+                if self._consumer_timeout is not None and \
+                        self._clock() - idle_since >= self._consumer_timeout:
+                    return
+                continue
+            for record, claim in batch:
+                if self._closed:
+                    return
+                if self._claims.get(TopicPartition(record.topic, record.partition)) != claim:
+                    continue  # the partition moved to another consumer meanwhile
+                yield record
+                self._mark_processed(record, claim)
+                self._maybe_auto_commit()
+            idle_since = self._clock()
+
+    def poll(self, timeout: float = 1.0) -> list[ConsumedRecord]:
+        """The next records (maybe none after ``timeout`` seconds).
+
+        The records of the previous ``poll`` count as processed from now on.
+        """
+        self._mark_unprocessed_done()
+        batch = self._next_batch(timeout)
+        self._unprocessed = batch
+        return [record for record, _ in batch]
+
+    def commit(self) -> None:
+        """Commit the processed offsets of the owned partitions to ZooKeeper now."""
+        self._mark_unprocessed_done()
+        with self._lock:
+            offsets = {tp: offset for tp, offset in self._processed.items()
+                       if tp in self._owned and self._committed.get(tp) != offset}
+        self._store.commit(offsets, self.consumer_id, lambda tp: tp in self._owned)
+        with self._lock:
+            self._committed.update(offsets)
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        """The partitions this consumer owns right now."""
+        return self._owned
+
+    def wait_for_assignment(self, timeout: float) -> frozenset[TopicPartition]:
+        """Block until the first rebalance is done (the share may be empty)."""
+        self._worker.wait_idle(timeout)
+        return self._owned
+
+    def close(self) -> None:
+        """Commit (with auto-commit on), leave the group and release everything."""
+        if self._closed:
+            return
+        if self._auto_commit:
+            try:
+                self.commit()
+            except PylogError:
+                log.warning("final commit of group %s failed", self.group_id, exc_info=True)
+        self._closed = True
+        self._client.remove_listener(self._on_session_state)
+        self._worker.stop()
+        close_client(self._client)
+        self._fetcher.close()
+
+    def __enter__(self) -> "ZkConsumer":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    # -- fetching -------------------------------------------------------------------------
+
+    def _next_batch(self, timeout: float) -> list[tuple[ConsumedRecord, int]]:
+        """Fetched records, each with the claim of its partition it was fetched under."""
+        deadline = self._clock() + timeout
+        while not self._closed:
+            self._maybe_auto_commit()
+            with self._lock:
+                wanted = {} if self._paused else dict(self._positions)
+            offsets = self._resolve_positions(wanted)
+            if offsets:
+                records = self._fetch(offsets)
+                if records:
+                    return records
+            else:
+                with self._lock:
+                    self._lock.wait(min(0.1, max(0.0, deadline - self._clock())))
+            if self._clock() >= deadline:
+                return []
+        return []
+
+    def _resolve_positions(self, wanted: dict[TopicPartition, int | None]) -> dict:
+        """Look up start offsets still unknown; partitions that fail this time are left out."""
+        offsets = {}
+        for tp, offset in wanted.items():
+            if offset is None:
+                try:
+                    offset = self._reset_offset(tp)
+                except PylogError as exc:
+                    log.debug("no start offset for %s yet: %s", tp, exc)
+                    continue
+                with self._lock:
+                    if self._positions.get(tp, 0) is None:
+                        self._positions[tp] = self._processed[tp] = offset
+            offsets[tp] = offset
+        return offsets
+
+    def _reset_offset(self, tp: TopicPartition) -> int:
+        if self._reset == "earliest":
+            return self._fetcher.earliest_offset(tp.topic, tp.partition)
+        return self._fetcher.latest_offset(tp.topic, tp.partition)
+
+    def _fetch(self, offsets: dict[TopicPartition, int]) -> list[tuple[ConsumedRecord, int]]:
+        try:
+            results = self._fetcher.fetch_many(offsets, self._fetch_max_bytes,
+                                               self._fetch_max_wait_ms)
+        except OffsetOutOfRange as exc:
+            tp = TopicPartition(exc.topic, exc.partition)
+            log.warning("%s: offset %d out of range, resetting to %s", tp, exc.offset, self._reset)
+            with self._lock:
+                if self._positions.get(tp) == exc.offset:
+                    self._positions[tp] = None
+            return []
+        except PylogError:
+            # One partition without a leader must not stall the others.
+            results = {}
+            for tp, offset in offsets.items():
+                try:
+                    results[tp] = self._fetcher.fetch(tp.topic, tp.partition, offset,
+                                                      self._fetch_max_bytes, 0)
+                except PylogError as exc:
+                    log.debug("fetch of %s failed: %s", tp, exc)
+        records = []
+        with self._lock:
+            for tp, result in results.items():
+                # A partition released (or released and claimed again) since: drop the result.
+                if self._positions.get(tp) != offsets[tp]:
+                    continue
+                claim = self._claims[tp]
+                records.extend((ConsumedRecord(tp.topic, tp.partition, r.offset, r.timestamp,
+                                               r.key, r.value, r.headers), claim)
+                               for r in result.records)
+                self._positions[tp] = result.next_offset
+        return records
+
+    def _mark_processed(self, record: ConsumedRecord, claim: int) -> None:
+        tp = TopicPartition(record.topic, record.partition)
+        with self._lock:
+            if self._claims.get(tp) == claim:
+                self._processed[tp] = max(self._processed.get(tp, 0), record.offset + 1)
+
+    def _mark_unprocessed_done(self) -> None:
+        batch, self._unprocessed = self._unprocessed, []
+        for record, claim in batch:
+            self._mark_processed(record, claim)
+
+    def _maybe_auto_commit(self) -> None:
+        if self._auto_commit and self._clock() >= self._next_commit:
+            self._next_commit = self._clock() + self._commit_interval
+            try:
+                self.commit()
+            except PylogError:
+                log.warning("auto-commit of group %s failed", self.group_id, exc_info=True)
+            except Exception:  # noqa: BLE001 -- kazoo errors while the session heals
+                log.debug("auto-commit deferred", exc_info=True)
+
+    def _bootstrap_servers(self) -> str | list[str]:
+        if self._bootstrap:
+            return self._bootstrap
+        addresses = []
+        for child in self._client.get_children(layout.BROKER_IDS):
+            data, _ = self._client.get(layout.broker_path(int(child)))
+            addresses.append(BrokerRegistration.decode(int(child), data).endpoint.address)
+        if not addresses:
+            raise ConfigError("bootstrap_servers", "not given and no broker is registered "
+                                                   "in ZooKeeper")
+        return addresses
+
+    # -- group membership (worker thread) ------------------------------------------------
+
+    def _on_children(self, children) -> bool | None:
+        if self._closed:
+            return False
+        self._worker.request("rebalance")
+        return None
+
+    def _on_session_state(self, state: str) -> None:
+        with self._lock:
+            if state == KazooState.CONNECTED:
+                self._paused = False
+                self._worker.request("rejoin")
+            elif state == KazooState.SUSPENDED:
+                self._paused = True
+            else:  # LOST: our ids and owners nodes are gone; others may own our share now
+                self._owned, self._positions, self._claims = frozenset(), {}, {}
+            self._lock.notify_all()
+
+    def _rejoin(self) -> None:
+        session_id = self._client.client_id[0]
+        if session_id != self._session_id:
+            self._store.register(self.consumer_id, self.subscription, int(time.time() * 1000))
+            self._session_id = session_id
+            self._rebalance()
+
+    def _rebalance(self) -> None:
+        if self._closed:
+            return
+        for _attempt in range(self._rebalance_retries):
+            if self._try_rebalance():
+                return
+            self._sleep(self._rebalance_backoff)
+        raise RebalanceFailedError(f"group {self.group_id}: consumer {self.consumer_id} could "
+                                   f"not claim its partitions after {self._rebalance_retries} "
+                                   "attempts")
+
+    def _target_share(self) -> list[TopicPartition]:
+        members = self._store.members()
+        members.setdefault(self.consumer_id, self.subscription)
+        topics = self._store.all_topics()
+        partitions = self._store.topic_partitions(t for t in topics if self.subscription.matches(t))
+        subscribers = {topic: [m for m, sub in members.items() if sub.matches(topic)]
+                       for topic in partitions}
+        return range_assign(partitions, subscribers).get(self.consumer_id, [])
+
+    def _try_rebalance(self) -> bool:
+        share = frozenset(self._target_share())
+        owned = self._owned
+        if share == owned and all(self._store.owner(tp) == self.consumer_id for tp in share):
+            return True
+        # Give up what moves away first, so the consumers it moves to can claim it.
+        self._release(owned - share)
+        claimed = []
+        for tp in sorted(share - owned):
+            if not self._store.claim(tp, self.consumer_id):
+                log.info("%s: %s still owned by another consumer; retrying", self.consumer_id, tp)
+                for done in claimed:
+                    self._store.release(done, self.consumer_id)
+                return False
+            claimed.append(tp)
+        starts = {tp: self._store.committed(tp) for tp in claimed}
+        with self._lock:
+            for tp, start in starts.items():
+                self._claim_counter += 1
+                self._claims[tp] = self._claim_counter
+                self._positions[tp] = start
+                if start is not None:
+                    self._processed[tp] = self._committed[tp] = start
+            self._owned = self._owned | frozenset(claimed)
+            self._lock.notify_all()
+        log.info("%s owns %s", self.consumer_id, sorted(self._owned))
+        return True
+
+    def _release(self, partitions: frozenset[TopicPartition]) -> None:
+        """Stop consuming ``partitions``, commit what was processed, delete the owner nodes."""
+        if not partitions:
+            return
+        with self._lock:
+            self._owned = self._owned - partitions
+            offsets = {}
+            for tp in partitions:
+                self._claims.pop(tp, None)
+                self._positions.pop(tp, None)
+                processed = self._processed.pop(tp, None)
+                if processed is not None and self._committed.pop(tp, None) != processed:
+                    offsets[tp] = processed
+        if self._auto_commit:
+            self._store.commit(offsets, self.consumer_id, lambda tp: True)
+        for tp in partitions:
+            self._store.release(tp, self.consumer_id)
+
+
+def _subscription(topics: tuple[str, ...], pattern: str | None) -> Subscription:
+    if bool(topics) == (pattern is not None):
+        raise ConfigError("topics", "give either topics or topic_pattern, not both or neither")
+    if pattern is not None:
+        import re
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError("topic_pattern", f"not a valid regex: {exc}") from None
+    return Subscription(topics=tuple(sorted(set(topics))), pattern=pattern)
