@@ -16,7 +16,7 @@ import struct
 from pathlib import Path
 from typing import Callable, Iterator
 
-from pylog.errors import CorruptRecordError, TruncatedBatchError, UnsupportedMagicError
+from pylog.errors import CorruptRecordError, KafkaStorageError, TruncatedBatchError, UnsupportedMagicError
 from pylog.records.header import (
     BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
@@ -51,12 +51,22 @@ class FileRecords:
         return self._size
 
     def append(self, buf: bytes | bytearray | memoryview) -> int:
-        """Write ``buf`` at the end; return the position it starts at."""
+        """Write ``buf`` at the end; return the position it starts at.
+
+        Raises KafkaStorageError if the disk refuses the write (nothing is left behind)."""
         position = self._size
         view = memoryview(buf)
         written = 0
-        while written < len(view):
-            written += os.pwrite(self.fd, view[written:], position + written)
+        try:
+            while written < len(view):
+                written += os.pwrite(self.fd, view[written:], position + written)
+        except OSError as exc:
+            # Drop a partial write so the file ends at a batch boundary again.
+            try:
+                os.ftruncate(self.fd, position)
+            except OSError:
+                pass
+            raise KafkaStorageError(f"{self.path}: write of {len(view)} bytes failed: {exc}") from exc
         self._size += written
         return position
 

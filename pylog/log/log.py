@@ -22,21 +22,16 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from pylog.errors import (
-    CorruptRecordError,
-    InvalidRecordError,
-    MessageTooLargeError,
-    OffsetOutOfRangeError,
-    PylogError,
-    RecordListTooLargeError,
-)
+from pylog.errors import CorruptRecordError, OffsetOutOfRangeError, PylogError
 from pylog.log.checkpoint import fsync_directory
 from pylog.log.config import LogConfig
 from pylog.log.loader import load_segments
 from pylog.log.results import AppendInfo, FileRegion, ReadResult
+from pylog.log.retention import count_deletable
 from pylog.log.segment import LogSegment
+from pylog.log.validation import validate_append
 from pylog.records.batch import decode_batch
-from pylog.records.header import BatchHeader, iter_batch_headers, set_base_offset
+from pylog.records.header import BatchHeader, set_base_offset
 
 log = logging.getLogger(__name__)
 
@@ -171,25 +166,6 @@ class Log:
 
     # -- append ---------------------------------------------------------------------------
 
-    def _validate(self, view: memoryview) -> list[tuple[int, BatchHeader]]:
-        if len(view) == 0:
-            raise InvalidRecordError("the records are empty: expected at least one record batch")
-        if len(view) > self.config.segment_bytes:
-            raise RecordListTooLargeError(
-                f"{len(view)} bytes of records exceed the segment size {self.config.segment_bytes}")
-        batches = []
-        for position, header in iter_batch_headers(view, verify_crc=True):
-            if header.size > self.config.max_batch_size:
-                raise MessageTooLargeError(
-                    f"batch at position {position} is {header.size} bytes, "
-                    f"more than the limit of {self.config.max_batch_size}")
-            if header.last_offset_delta < 0 or header.records_count <= 0:
-                raise CorruptRecordError(
-                    f"batch at position {position}: lastOffsetDelta {header.last_offset_delta}, "
-                    f"recordsCount {header.records_count}")
-            batches.append((position, header))
-        return batches
-
     def append(self, records: bytes | bytearray | memoryview) -> AppendInfo:
         """Validate, assign offsets to and append one or more back-to-back v2 batches.
 
@@ -199,7 +175,7 @@ class Log:
         or InvalidRecordError (no batches). Only each batch's baseOffset is rewritten.
         """
         view = memoryview(records).cast("B")
-        batches = self._validate(view)
+        batches = validate_append(view, self.config)
         buf = bytearray(view)
         with self._lock:
             self._check_open()
@@ -350,7 +326,7 @@ class Log:
         now_ms = int((self._clock() if now is None else now) * 1000)
         with self._lock:
             self._check_open()
-            count = self._count_deletable(now_ms)
+            count = count_deletable(self._segments, self.config, self._log_start_offset, now_ms)
             if count == 0:
                 return 0
             doomed = self._segments[:count]
@@ -362,23 +338,6 @@ class Log:
                 segment.delete()
         log.info("%s: retention deleted %d segments; log start offset is %d",
                  self.directory, count, self._log_start_offset)
-        return count
-
-    def _count_deletable(self, now_ms: int) -> int:
-        candidates = self._segments[:-1]
-        count = 0
-        while count < len(candidates) and candidates[count].next_offset <= self._log_start_offset:
-            count += 1
-        retention_ms = self.config.retention_ms
-        if retention_ms is not None:
-            while count < len(candidates) and now_ms - candidates[count].largest_timestamp > retention_ms:
-                count += 1
-        retention_bytes = self.config.retention_bytes
-        if retention_bytes is not None:
-            excess = sum(s.size for s in self._segments[count:]) - retention_bytes
-            while count < len(candidates) and excess >= candidates[count].size:
-                excess -= candidates[count].size
-                count += 1
         return count
 
     def truncate_to(self, offset: int) -> None:

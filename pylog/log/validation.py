@@ -1,0 +1,42 @@
+"""What the log accepts: checks on a produce request's records before anything is written.
+
+The records are one or more back-to-back v2 batches. Only headers are read and each
+batch's CRC-32C checked; the records inside stay opaque (and compressed).
+"""
+
+from __future__ import annotations
+
+from pylog.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    MessageTooLargeError,
+    RecordListTooLargeError,
+)
+from pylog.log.config import LogConfig
+from pylog.records.header import BatchHeader, iter_batch_headers
+
+
+def validate_append(view: memoryview, config: LogConfig) -> list[tuple[int, BatchHeader]]:
+    """``(position, header)`` of every batch in ``view``, or an error if any is bad.
+
+    Raises InvalidRecordError (no batches), RecordListTooLargeError (more than
+    ``segment_bytes``), a CorruptRecordError subclass (framing, magic, CRC, offsets
+    or counts), or MessageTooLargeError (a batch over ``max_batch_size``).
+    """
+    if len(view) == 0:
+        raise InvalidRecordError("the records are empty: expected at least one record batch")
+    if len(view) > config.segment_bytes:
+        raise RecordListTooLargeError(
+            f"{len(view)} bytes of records exceed the segment size {config.segment_bytes}")
+    batches = []
+    for position, header in iter_batch_headers(view, verify_crc=True):
+        if header.size > config.max_batch_size:
+            raise MessageTooLargeError(
+                f"batch at position {position} is {header.size} bytes, "
+                f"more than the limit of {config.max_batch_size}")
+        if header.last_offset_delta < 0 or header.records_count <= 0:
+            raise CorruptRecordError(
+                f"batch at position {position}: lastOffsetDelta {header.last_offset_delta}, "
+                f"recordsCount {header.records_count}")
+        batches.append((position, header))
+    return batches
