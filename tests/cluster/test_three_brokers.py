@@ -119,3 +119,24 @@ def test_paused_broker_loses_its_session_and_registers_again(cluster):
         wait_until(lambda: cluster.leaders(via, "paused") == {0: 1, 1: 2, 2: 3},
                    message="partition 1 led by broker 2 again")
     assert clients.kcat_consume(cluster.bootstrap(3), "paused", [1]) == {(1, "kept")}
+
+
+def test_auto_created_topic_is_placed_and_deletion_reaches_every_broker(cluster):
+    clients.kcat_produce(cluster.bootstrap(3), "auto", 0, ["first"])
+    for via in (1, 2, 3):
+        wait_until(lambda: cluster.leaders(via, "auto") == {0: 1, 1: 2, 2: 3},
+                   message=f"broker {via} to show the auto-created topic")
+    clients.kcat_produce(cluster.bootstrap(3), "auto", 1, ["second"])
+    assert any(cluster.brokers[2].log_dir.glob("auto-1"))
+
+    with Admin(cluster.bootstrap(2)) as admin:
+        admin.delete_topic("auto")
+    for via in (1, 2, 3):
+        wait_until(lambda: "auto" not in cluster.metadata(via).topics,
+                   message=f"broker {via} to forget the topic")
+    wait_until(lambda: not any(cluster.brokers[2].log_dir.glob("auto-*")),
+               message="the deleted partition's log removed")
+
+    create_topic(cluster.bootstrap(1), "auto", 2)
+    wait_until(lambda: cluster.leaders(3, "auto") == {0: 1, 1: 2}, message="recreated")
+    assert clients.kcat_consume(cluster.bootstrap(1), "auto", [0, 1]) == set()
