@@ -16,14 +16,18 @@ SCHEMA = {"user": "string", "n": "int64", "ts": "timestamp"}
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes], partitions: int,
-            timestamps: list[int] | None = None) -> None:
-    """Produce through confluent-kafka (librdkafka), record i to partition i % partitions."""
+            timestamps: list[int] | None = None, flush_every: int | None = None) -> None:
+    """Produce through confluent-kafka (librdkafka), record i to partition i % partitions.
+
+    ``flush_every`` sends the records in several batches (so small segments roll)."""
     import confluent_kafka
 
     producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "log_level": 3})
     for i, value in enumerate(values):
         producer.produce(topic, value=value, key=f"k{i}".encode(), partition=i % partitions,
                          timestamp=timestamps[i] if timestamps else 0)
+        if flush_every and (i + 1) % flush_every == 0:
+            assert producer.flush(30) == 0
     assert producer.flush(30) == 0
 
 
