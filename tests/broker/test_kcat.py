@@ -37,11 +37,13 @@ def test_produce_and_consume_with_each_codec(broker, codec):
     assert [int(r[1]) for r in rows] == list(range(500))
     assert all(r[4] == f"source=kcat,codec={codec}" for r in rows)
     assert all(int(r[5]) >= before - 1000 for r in rows)
-    # The batches stay compressed on the broker exactly as the producer sent them.
+    # The batches stay compressed on the broker exactly as the producer sent them
+    # (librdkafka sends a batch uncompressed when compression would not shrink it).
     with WireClient(broker.bootstrap) as wire:
         fetched = wire.call(ApiKey.FETCH, 11, fetch_body(topic, {0: 0}))
     raw = bytes(fetched["responses"][0]["partitions"][0]["records"])
-    assert {h.compression for _, h in iter_batch_headers(raw)} == {CODECS[codec]}
+    stored = {h.compression for _, h in iter_batch_headers(raw)}
+    assert CODECS[codec] in stored and stored <= {0, CODECS[codec]}
 
 
 def test_metadata_listing(broker):
