@@ -68,8 +68,11 @@ class RecordAccumulator:
         """Queue one record; returns its future. Waits while the buffer is full."""
         future: Future = Future()
         with self.cond:
-            self._wait_for_room(max_block_s)
-            queue = self._queues.setdefault(tp, deque())
+            if self._bytes_held >= self.buffer_memory:
+                self._wait_for_room(max_block_s)
+            queue = self._queues.get(tp)
+            if queue is None:
+                queue = self._queues[tp] = deque()
             batch = queue[-1] if queue and not queue[-1].closed else None
             if batch is not None and batch.builder.would_exceed(self.batch_size, key, value, headers):
                 batch.closed = True
@@ -81,11 +84,13 @@ class RecordAccumulator:
                 queue.append(batch)
                 self._incomplete += 1
                 self.cond.notify_all()  # the sender sets its linger timer from the new batch
-            before = batch.size
-            batch.builder.append(key, value, headers, timestamp)
-            self._bytes_held += batch.size - before
+            builder = batch.builder
+            before = builder.size_in_bytes
+            builder.append(key, value, headers, timestamp)
+            size = builder.size_in_bytes
+            self._bytes_held += size - before
             batch.futures.append((future, timestamp))
-            if batch.size >= self.batch_size:
+            if size >= self.batch_size:
                 batch.closed = True
                 self._on_new_batch(tp)
                 self.cond.notify_all()

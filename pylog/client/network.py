@@ -129,6 +129,11 @@ class NetworkClient:
     def mark_stale(self) -> None:
         self._stale = True
 
+    @property
+    def stale(self) -> bool:
+        """True when metadata must be refreshed before it is trusted again."""
+        return self._stale or self.clock() - self._snapshot_at > self.metadata_max_age_s
+
     def refresh_metadata(self, topics: list[str] | None = None) -> ClusterSnapshot:
         """Ask the cluster for brokers and ``topics`` (None: every topic)."""
 

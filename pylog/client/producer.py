@@ -77,6 +77,8 @@ class Producer:
         self._max_block_s = max_block_ms / 1000
         self._retry_backoff_s = retry_backoff_ms / 1000
         self._retries = retries
+        self._partition_cache: dict[str, tuple] = {}
+        self._tps: dict[tuple[str, int], TopicPartition] = {}
         on_new_batch = getattr(self._partitioner, "on_new_batch", None)
         self._acc = RecordAccumulator(
             batch_size=batch_size, linger_s=linger_ms / 1000, compression=codec,
@@ -107,23 +109,35 @@ class Producer:
         ts = self._wall_clock_ms() if timestamp is None else int(timestamp)
         try:
             chosen = self._choose_partition(topic, key_bytes, partition)
-            return self._acc.append(TopicPartition(topic, chosen), key_bytes, value_bytes,
-                                    record_headers, ts, self._max_block_s)
+            tp = self._tps.get((topic, chosen))
+            if tp is None:
+                tp = self._tps[(topic, chosen)] = TopicPartition(topic, chosen)
+            return self._acc.append(tp, key_bytes, value_bytes, record_headers, ts, self._max_block_s)
         except PylogError as exc:
             failed: Future = Future()
             failed.set_exception(exc)
             return failed
 
     def _choose_partition(self, topic: str, key: bytes | None, partition: int | None) -> int:
-        metadata = self._topic_metadata(topic)
-        partitions = sorted(metadata.partitions)
+        partitions, available = self._partitions_of(topic)
         if partition is not None:
-            if partition not in metadata.partitions:
+            if partition not in partitions:
                 raise UnknownTopicOrPartitionError(f"{topic} has no partition {partition} "
                                                    f"(partitions 0-{len(partitions) - 1})")
             return partition
-        available = [p for p in partitions if metadata.partitions[p].leader >= 0]
         return self._partitioner.partition(topic, key, partitions, available)
+
+    def _partitions_of(self, topic: str) -> tuple[list[int], list[int]]:
+        """(all, with a leader) partition ids, cached until the metadata snapshot changes."""
+        snapshot = self._network.snapshot()
+        cached = self._partition_cache.get(topic)
+        if cached is not None and cached[0] is snapshot and not self._network.stale:
+            return cached[1], cached[2]
+        metadata = self._topic_metadata(topic)
+        partitions = sorted(metadata.partitions)
+        available = [p for p in partitions if metadata.partitions[p].leader >= 0]
+        self._partition_cache[topic] = (self._network.snapshot(), partitions, available)
+        return partitions, available
 
     def _topic_metadata(self, topic: str):
         deadline = self._clock() + self._max_block_s

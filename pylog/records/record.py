@@ -29,9 +29,7 @@ from pylog.errors import RecordDecodeError
 Header = tuple[str, "bytes | None"]
 Headers = tuple[Header, ...]
 
-# Zigzag varints below 64 (encoded value < 128) are one byte; cache them.
-_SMALL_VARINTS = {v: bytes([(v << 1) ^ (v >> 63)]) for v in range(-64, 64)}
-_NULL_LENGTH = _SMALL_VARINTS[-1]
+_NULL_LENGTH = b"\x01"  # zigzag -1
 _MIN_RECORD_BODY = 6  # attributes and five one-byte varints
 
 
@@ -55,11 +53,7 @@ class RecordInput(NamedTuple):
     timestamp: int = 0
 
 
-def encode_varint(value: int) -> bytes:
-    """Zigzag varint encoding of a signed 64-bit integer."""
-    small = _SMALL_VARINTS.get(value)
-    if small is not None:
-        return small
+def _encode_varint_uncached(value: int) -> bytes:
     zigzag = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
     out = bytearray()
     while zigzag >= 0x80:
@@ -67,6 +61,16 @@ def encode_varint(value: int) -> bytes:
         zigzag >>= 7
     out.append(zigzag)
     return bytes(out)
+
+
+# Varints of -8192..8191 (one and two bytes: lengths, deltas) come from a table.
+_SMALL_VARINTS = {v: _encode_varint_uncached(v) for v in range(-8192, 8192)}
+
+
+def encode_varint(value: int) -> bytes:
+    """Zigzag varint encoding of a signed 64-bit integer."""
+    small = _SMALL_VARINTS.get(value)
+    return small if small is not None else _encode_varint_uncached(value)
 
 
 def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
