@@ -1,0 +1,138 @@
+"""pylog's client next to confluent-kafka (librdkafka, C), both against the same pylog broker.
+
+1. Produce: N 200-byte values (acks=1, linger 5 ms, batch 64 KB, no compression) with
+   pylog's Producer and with confluent-kafka's Producer into one partition each.
+   Prints msgs/s and pylog/confluent.
+2. Consume: one partition of N records read from the beginning with
+   ``SimpleConsumer.fetch`` (Record objects), with ``fetch_raw`` + ``decode_columns``
+   (the loader's column path), and with a confluent-kafka consumer (assign + consume).
+   Prints records/s and the ratios.
+
+    python benchmarks/client_bench.py [--messages 200000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import confluent_kafka
+
+from pylog.client import Admin, Producer, SimpleConsumer
+from pylog.records import decode_columns
+from pylog.testing.broker import BrokerProcess
+
+VALUE = b"v" * 200
+BATCH_SIZE = 65536
+FETCH_BYTES = 4 * 1024 * 1024
+
+
+def pylog_produce(bootstrap: str, topic: str, count: int) -> float:
+    with Producer(bootstrap, acks=1, linger_ms=5, batch_size=BATCH_SIZE) as producer:
+        producer.send(topic, VALUE, partition=0).result()  # metadata and connection up
+        start = time.perf_counter()
+        futures = [producer.send(topic, VALUE, partition=0) for _ in range(count)]
+        producer.flush()
+        elapsed = time.perf_counter() - start
+    failed = sum(1 for f in futures if f.exception() is not None)
+    if failed:
+        raise SystemExit(f"pylog producer: {failed} sends failed")
+    return count / elapsed
+
+
+def confluent_produce(bootstrap: str, topic: str, count: int) -> float:
+    producer = confluent_kafka.Producer({
+        "bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5, "batch.size": BATCH_SIZE,
+        "queue.buffering.max.messages": 2_000_000, "log_level": 3})
+    failed = []
+
+    def report(err, msg):
+        if err is not None:
+            failed.append(err)
+
+    producer.produce(topic, VALUE, partition=0)
+    producer.flush(30)
+    start = time.perf_counter()
+    for _ in range(count):
+        while True:
+            try:
+                producer.produce(topic, VALUE, partition=0, on_delivery=report)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+    producer.flush(120)
+    elapsed = time.perf_counter() - start
+    if failed:
+        raise SystemExit(f"confluent producer: {len(failed)} sends failed: {failed[0]}")
+    return count / elapsed
+
+
+def pylog_fetch(bootstrap: str, topic: str, end: int) -> float:
+    with SimpleConsumer(bootstrap) as consumer:
+        start, offset, seen = time.perf_counter(), 0, 0
+        while offset < end:
+            result = consumer.fetch(topic, 0, offset, max_bytes=FETCH_BYTES)
+            seen += len(result.records)
+            offset = result.next_offset
+        return seen / (time.perf_counter() - start)
+
+
+def pylog_columns(bootstrap: str, topic: str, end: int) -> float:
+    with SimpleConsumer(bootstrap) as consumer:
+        start, offset, seen = time.perf_counter(), 0, 0
+        while offset < end:
+            raw = consumer.fetch_raw(topic, 0, offset, max_bytes=FETCH_BYTES)
+            columns = decode_columns(raw.records, start_offset=offset)
+            seen += len(columns)
+            offset = columns.next_offset
+        return seen / (time.perf_counter() - start)
+
+
+def confluent_consume(bootstrap: str, topic: str, end: int) -> float:
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "client-bench",
+                                         "enable.auto.commit": False, "log_level": 3,
+                                         "fetch.max.bytes": FETCH_BYTES})
+    consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
+    start, seen = time.perf_counter(), 0
+    while seen < end:
+        seen += sum(1 for m in consumer.consume(num_messages=10000, timeout=1.0) if m.error() is None)
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    return seen / elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=200_000)
+    args = parser.parse_args()
+    n = args.messages
+    with tempfile.TemporaryDirectory(prefix="pylog-client-bench-") as tmp, \
+            BrokerProcess(Path(tmp) / "broker", {"num.partitions": 1}) as broker:
+        with Admin(broker.bootstrap) as admin:
+            for topic in ("by-pylog", "by-confluent"):
+                admin.create_topic(topic)
+        print(f"produce: {n} x 200-byte values, acks=1, linger 5 ms, batch 64 KB, one partition")
+        ours = pylog_produce(broker.bootstrap, "by-pylog", n)
+        theirs = confluent_produce(broker.bootstrap, "by-confluent", n)
+        print(f"  pylog Producer       {ours:>12,.0f} msgs/s")
+        print(f"  confluent-kafka      {theirs:>12,.0f} msgs/s")
+        print(f"  pylog / confluent    {ours / theirs:>12.2f}")
+        end = n + 1
+        print(f"consume: {end} records of one partition from the beginning")
+        fetched = pylog_fetch(broker.bootstrap, "by-confluent", end)
+        columns = pylog_columns(broker.bootstrap, "by-confluent", end)
+        consumed = confluent_consume(broker.bootstrap, "by-confluent", end)
+        print(f"  SimpleConsumer.fetch      {fetched:>12,.0f} records/s")
+        print(f"  fetch_raw+decode_columns  {columns:>12,.0f} records/s")
+        print(f"  confluent-kafka consumer  {consumed:>12,.0f} records/s")
+        print(f"  fetch / confluent         {fetched / consumed:>12.2f}")
+        print(f"  columns / confluent       {columns / consumed:>12.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
