@@ -37,7 +37,7 @@ from pylog.client.consumer import SimpleConsumer
 from pylog.client.results import OffsetOutOfRange
 from pylog.cluster import layout
 from pylog.cluster.consumer_group import GroupStore, Subscription, range_assign
-from pylog.cluster.layout import BrokerRegistration
+from pylog.cluster.registry import registered_brokers
 from pylog.cluster.session import close_client, connect_client
 from pylog.cluster.worker import CoalescingWorker
 from pylog.errors import ConfigError, PylogError, RetriableError
@@ -98,7 +98,7 @@ class ZkConsumer:
                  consumer_timeout_ms: int | None = None, consumer_id: str | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
-        self.subscription = _subscription(tuple(topics), topic_pattern)
+        self.subscription = Subscription.of(topics, topic_pattern)
         if auto_offset_reset not in ("earliest", "latest"):
             raise ConfigError("auto_offset_reset", f"must be earliest or latest, "
                                                    f"got {auto_offset_reset!r}")
@@ -127,16 +127,24 @@ class ZkConsumer:
         self._paused = False
         self._closed = False
         self._next_commit = clock() + self._commit_interval
+        self._bootstrap = bootstrap_servers
         self._client = connect_client(zookeeper_connect, session_timeout_ms / 1000,
                                       session_timeout_ms / 1000 + 10)
-        self._store = GroupStore(self._client, group_id)
-        self._bootstrap = bootstrap_servers
+        try:
+            self._join()
+        except BaseException:
+            close_client(self._client)
+            raise
+
+    def _join(self) -> None:
+        """Register in the group, watch what triggers rebalances, start the worker."""
+        self._store = GroupStore(self._client, self.group_id)
         self._fetcher = SimpleConsumer(self._bootstrap_servers(), client_id=self.consumer_id,
                                        retries=1, retry_backoff_ms=50)
         self._store.ensure_paths()
         self._store.register(self.consumer_id, self.subscription, int(time.time() * 1000))
         self._session_id = self._client.client_id[0]
-        self._worker = CoalescingWorker(f"zk-consumer-{group_id}", [
+        self._worker = CoalescingWorker(f"zk-consumer-{self.group_id}", [
             ("rejoin", self._rejoin), ("rebalance", self._rebalance)],
             retry_delay=self._rebalance_backoff).start()
         for path in (self._store.ids_path, layout.BROKER_IDS, layout.BROKER_TOPICS):
@@ -313,12 +321,8 @@ class ZkConsumer:
                 log.debug("auto-commit deferred", exc_info=True)
 
     def _bootstrap_servers(self) -> str | list[str]:
-        if self._bootstrap:
-            return self._bootstrap
-        addresses = []
-        for child in self._client.get_children(layout.BROKER_IDS):
-            data, _ = self._client.get(layout.broker_path(int(child)))
-            addresses.append(BrokerRegistration.decode(int(child), data).endpoint.address)
+        addresses = self._bootstrap or [
+            broker.endpoint.address for broker in registered_brokers(self._client)]
         if not addresses:
             raise ConfigError("bootstrap_servers", "not given and no broker is registered "
                                                    "in ZooKeeper")
@@ -415,15 +419,3 @@ class ZkConsumer:
             self._store.commit(offsets, self.consumer_id, lambda tp: True)
         for tp in partitions:
             self._store.release(tp, self.consumer_id)
-
-
-def _subscription(topics: tuple[str, ...], pattern: str | None) -> Subscription:
-    if bool(topics) == (pattern is not None):
-        raise ConfigError("topics", "give either topics or topic_pattern, not both or neither")
-    if pattern is not None:
-        import re
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise ConfigError("topic_pattern", f"not a valid regex: {exc}") from None
-    return Subscription(topics=tuple(sorted(set(topics))), pattern=pattern)

@@ -24,6 +24,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from pylog.cluster import layout
+from pylog.errors import ConfigError
 from pylog.types import TopicPartition
 
 STATIC, WHITE_LIST = "static", "white_list"
@@ -35,6 +36,22 @@ class Subscription:
 
     topics: tuple[str, ...] = ()
     pattern: str | None = None
+
+    @classmethod
+    def of(cls, topics: Iterable[str] = (), pattern: str | None = None) -> "Subscription":
+        """Validated: exactly one of ``topics`` and ``pattern`` (a valid regex).
+
+        Raises ConfigError naming ``topics`` or ``topic_pattern``.
+        """
+        topics = tuple(sorted(set(topics)))
+        if bool(topics) == (pattern is not None):
+            raise ConfigError("topics", "give either topics or topic_pattern, not both or neither")
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ConfigError("topic_pattern", f"not a valid regex: {exc}") from None
+        return cls(topics=topics, pattern=pattern)
 
     def matches(self, topic: str) -> bool:
         if self.pattern is not None:

@@ -78,6 +78,18 @@ class BrokerRegistry:
                 raise BrokerIdInUseError(self.registration.broker_id, _describe(data))
 
 
+def registered_brokers(client: KazooClient) -> list[BrokerRegistration]:
+    """The brokers registered right now, by id (a few direct reads, no watch)."""
+    found = []
+    for child in sorted(client.get_children(layout.BROKER_IDS), key=int):
+        try:
+            found.append(BrokerRegistration.decode(int(child), client.get(
+                layout.broker_path(int(child)))[0]))
+        except NoNodeError:
+            continue
+    return found
+
+
 def _describe(data: bytes) -> str:
     try:
         endpoint = BrokerRegistration.decode(-1, data)

@@ -26,7 +26,7 @@ import time
 from typing import Callable, Mapping
 
 from kazoo.client import KazooState
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NodeExistsError
 
 from pylog.cluster import layout, view as view_events
 from pylog.cluster.controller import Controller

@@ -86,3 +86,18 @@ def test_offsets_are_committed_only_for_owned_partitions(two_clients, zk_connect
     assert store.committed(mine) == 43
     assert store.committed(theirs) is None
     assert two_clients[1].get("/consumers/g/offsets/t/0")[0] == b"43"
+
+
+@pytest.mark.parametrize("kwargs, key", [
+    ({"topics": ["a"], "topic_pattern": "a.*"}, "topics"),
+    ({}, "topics"),
+    ({"topic_pattern": "(unclosed"}, "topic_pattern"),
+    ({"topics": ["a"], "auto_offset_reset": "smallest"}, "auto_offset_reset"),
+])
+def test_consumer_configuration_mistakes_name_the_parameter(kwargs, key, zk_connect):
+    from pylog.client.zk_consumer import ZkConsumer
+    from pylog.errors import ConfigError
+
+    with pytest.raises(ConfigError) as raised:
+        ZkConsumer(zk_connect, "g", **kwargs)
+    assert raised.value.key == key

@@ -8,7 +8,6 @@ import threading
 import pytest
 
 from pylog.cluster import layout
-from pylog.cluster.metadata import NO_LEADER
 from pylog.cluster.registry import BrokerIdInUseError
 from pylog.cluster.session import ZooKeeperUnavailableError, split_connect
 from pylog.errors import (ConfigError, InvalidPartitionsError, InvalidReplicationFactorError,
