@@ -142,13 +142,13 @@ class FileRecords:
             more_in_file = position + len(view) < self._size
             p = 0
             while p < len(view):
-                remaining = len(view) - p
-                if more_in_file and (remaining < LOG_OVERHEAD
-                                     or remaining < _declared_size(view, p) <= max_batch_size):
-                    break  # the batch continues past this chunk: read on from here
                 try:
                     header = read_batch_header(view, p, max_batch_size)
                     check_crc(view, p, header)
+                except TruncatedBatchError as exc:
+                    if more_in_file:
+                        break  # the batch continues past this chunk: read on from here
+                    return position + p, str(exc)
                 except CorruptRecordError as exc:
                     return position + p, str(exc)
                 if header.base_offset != expected_offset or header.last_offset_delta < 0:
@@ -162,10 +162,6 @@ class FileRecords:
                 return position, f"{len(view)} bytes at position {position} are not a whole batch"
             position += p
         return position, None
-
-
-def _declared_size(view: memoryview, p: int) -> int:
-    return int.from_bytes(view[p + 8:p + 12], "big", signed=True) + LOG_OVERHEAD
 
 
 def _batch_size_at(fd: int, position: int) -> int:

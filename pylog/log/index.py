@@ -65,6 +65,7 @@ class AbstractIndex:
         self._misaligned = length % self._entry_size != 0
         self._entries = length // self._entry_size
         self._mmap: mmap.mmap | None = None
+        self._last: tuple[int, tuple] | None = None  # (entries when cached, last entry)
         self._max_entries = 0
         self._map(max(length, self._round(max_index_size)) if writable else length)
 
@@ -115,11 +116,18 @@ class AbstractIndex:
     def _entry(self, slot: int) -> tuple:
         return self.ENTRY.unpack_from(self._mmap, slot * self._entry_size)
 
+    def _last_raw(self) -> tuple:
+        """The last entry's fields, cached because every append compares against it."""
+        if self._last is None or self._last[0] != self._entries:
+            self._last = (self._entries, self._entry(self._entries - 1))
+        return self._last[1]
+
     def _append_entry(self, *fields: int) -> None:
         if self.is_full:
             raise IndexInvariantError(f"{self.path}: index is full ({self._entries} entries)")
         self.ENTRY.pack_into(self._mmap, self._entries * self._entry_size, *fields)
         self._entries += 1
+        self._last = (self._entries, fields)
 
     def iter_raw(self) -> Iterator[tuple]:
         if self._entries == 0:

@@ -16,11 +16,15 @@ from pathlib import Path
 
 from pylog.errors import CorruptRecordError
 from pylog.log import layout
-from pylog.log.config import LogConfig
+from pylog.log.config import MAX_SEGMENT_BYTES, LogConfig
 from pylog.log.index import CorruptIndexError
 from pylog.log.segment import LogSegment
 
 log = logging.getLogger(__name__)
+
+# Recovery accepts any batch that fits a segment: batches accepted under an older, larger
+# max_batch_size must survive a restart with a smaller one.
+RECOVERY_MAX_BATCH = MAX_SEGMENT_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,14 +75,14 @@ def load_segments(directory: Path, config: LogConfig, now_ms: int, *, recovery_p
             break
         cut = 0
         if i >= recover_from or not indexes_present:
-            cut = segment.recover(config.max_batch_size)
+            cut = segment.recover(RECOVERY_MAX_BATCH)
             recovered.append(segment)
         else:
             try:
                 segment.load()
             except (CorruptIndexError, CorruptRecordError) as exc:
                 log.warning("%s: rebuilding indexes (%s)", directory, exc)
-                cut = segment.recover(config.max_batch_size)
+                cut = segment.recover(RECOVERY_MAX_BATCH)
                 recovered.append(segment)
         truncated += cut
         segments.append(segment)

@@ -24,7 +24,7 @@ class OffsetIndex(AbstractIndex):
     def append(self, offset: int, position: int) -> None:
         """Add an entry; both fields must exceed the last entry's (raises IndexInvariantError)."""
         if self._entries:
-            last_rel, last_pos = self._entry(self._entries - 1)
+            last_rel, last_pos = self._last_raw()
             if offset - self.base_offset <= last_rel or position <= last_pos:
                 raise IndexInvariantError(
                     f"{self.path}: entry ({offset}, {position}) is not after "

@@ -31,7 +31,7 @@ class TimeIndex(AbstractIndex):
         """Add an entry if ``timestamp`` is above the last one's (raises IndexInvariantError
         if ``offset`` goes backwards)."""
         if self._entries:
-            last_ts, last_rel = self._entry(self._entries - 1)
+            last_ts, last_rel = self._last_raw()
             if offset - self.base_offset < last_rel:
                 raise IndexInvariantError(
                     f"{self.path}: offset {offset} is before the last entry's "

@@ -153,3 +153,13 @@ def test_preallocated_index_after_kill_is_rebuilt(tmp_path):
     assert (reopened.log_end_offset, read_all(reopened)) == (end, expected)
     reopened.close()
     assert os.path.getsize(index_path) % 8 == 0 and os.path.getsize(index_path) < CFG.segment_index_bytes
+
+
+def test_batches_over_a_lowered_max_batch_size_survive_recovery(tmp_path):
+    log = Log.open(tmp_path / "t-0", LogConfig())
+    big = make_batch(20, value_size=500)
+    log.append(big)
+    log.close()
+    log = Log.open(tmp_path / "t-0", LogConfig(max_batch_size=1000))
+    assert log.bytes_truncated == 0 and log.log_end_offset == 20
+    log.close()
