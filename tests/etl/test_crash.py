@@ -53,3 +53,13 @@ def test_killed_load_then_rerun(spark, mock_cluster, tmp_path, fault):
     assert audits[0].records_fetched == 400 and audits[0].rows_written == 400
     assert sum(state.committed_offsets("ev").values()) == 400
     assert_exactly_once(spark, tmp_path / "warehouse", "ev", held)
+
+
+def test_pylog_load_reports_a_bad_config_in_one_line(tmp_path):
+    bad = tmp_path / "loader.yaml"
+    bad.write_text("source: {bootstrap_servers: '127.0.0.1:9'}\nwarehouse: file:///tmp/w\n"
+                   "state: file:///tmp/s\ntopics: {ev: {format: xml}}\n")
+    result = subprocess.run([sys.executable, "-m", "pylog.cli.main", "load", "--config", str(bad)],
+                            capture_output=True, text=True, timeout=60, env=spark_env())
+    assert result.returncode == 1
+    assert result.stderr.strip() == "pylog load: error: topics.ev.format: 'xml' is not one of json, raw"
