@@ -21,7 +21,6 @@ from typing import Any
 
 from pylog.errors import (
     NetworkExceptionError,
-    PylogError,
     RequestTimedOutError,
     UnsupportedVersionError,
     raise_for_code,

@@ -23,7 +23,6 @@ from pylog.errors import (
     PylogError,
     RetriableError,
     UnknownTopicOrPartitionError,
-    raise_for_code,
 )
 from pylog.protocol import ApiKey
 from pylog.types import BrokerEndpoint, TopicPartition
@@ -190,9 +189,19 @@ class NetworkClient:
             self._connections.clear()
 
 
+MAX_BACKOFF_S = 1.0
+
+
+def backoff_delay(base_s: float, attempt: int) -> float:
+    """Exponential back-off: ``base_s`` doubled per attempt (1, 2, ...), at most a second
+    (or ``base_s`` if that is larger), as Kafka's retry.backoff.max.ms does."""
+    return min(base_s * 2 ** (attempt - 1), max(base_s, MAX_BACKOFF_S))
+
+
 def with_retries(action: Callable[[], T], *, network: NetworkClient, retries: int,
                  backoff_s: float, sleep: Callable[[float], None] = time.sleep) -> T:
-    """Run ``action``; after a retriable error, refresh metadata, back off and try again."""
+    """Run ``action``; after a retriable error, refresh metadata, back off (exponentially)
+    and try again, at most ``retries`` times."""
     attempt = 0
     while True:
         try:
@@ -203,7 +212,7 @@ def with_retries(action: Callable[[], T], *, network: NetworkClient, retries: in
                 raise
             log.debug("retriable error (attempt %d of %d): %s", attempt, retries, exc)
             network.mark_stale()
-            sleep(backoff_s * attempt)
+            sleep(backoff_delay(backoff_s, attempt))
             try:
                 network.refresh_metadata()
             except PylogError as refresh_error:
@@ -217,4 +226,4 @@ def check_error(code: int, what: str) -> None:
         raise cls(f"{what}: {cls.name}: {cls.description}")
 
 
-__all__ = ["NetworkClient", "parse_bootstrap", "with_retries", "check_error", "raise_for_code"]
+__all__ = ["NetworkClient", "parse_bootstrap", "with_retries", "backoff_delay", "check_error"]

@@ -7,8 +7,9 @@ written before the responses are read). Each batch then ends in exactly one of:
 
 * delivered -- every record future gets a RecordMetadata;
 * retried -- a retriable error (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, a
-  timeout, a dead connection) puts it back at the head of its queue after
-  ``retry_backoff_ms``, with metadata marked stale so the next send finds the new leader;
+  timeout, a dead connection) puts it back at the head of its queue after a back-off
+  (``retry_backoff_ms``, doubling per attempt up to a second), with metadata marked
+  stale so the next send finds the new leader;
 * failed -- a non-retriable error, ``retries`` used up or ``delivery_timeout_ms`` passed:
   every record future gets the exception. Nothing is dropped silently.
 """
@@ -21,7 +22,7 @@ from concurrent.futures import InvalidStateError
 from typing import Callable
 
 from pylog.client.accumulator import ProducerBatch, RecordAccumulator
-from pylog.client.network import NetworkClient
+from pylog.client.network import NetworkClient, backoff_delay
 from pylog.client.results import RecordMetadata
 from pylog.errors import KafkaError, PylogError, RequestTimedOutError, RetriableError
 from pylog.protocol import ApiKey
@@ -163,7 +164,7 @@ class Sender(threading.Thread):
             self._fail(batch, exc)
             return
         log.debug("retrying %s (attempt %d): %s", batch.tp, batch.attempts, exc)
-        self.acc.reenqueue(batch, now + self.retry_backoff_s)
+        self.acc.reenqueue(batch, now + backoff_delay(self.retry_backoff_s, batch.attempts))
 
     def _succeed(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
         topic, partition = batch.tp.topic, batch.tp.partition
