@@ -128,3 +128,19 @@ def test_delete_topic_removes_it_everywhere(start_broker, zk_client):
         first.delete_topic("doomed")
     recreated = first.create_topic("doomed", 1)
     assert list(recreated.partitions) == [0]
+
+
+def test_restart_waits_for_the_registration_of_its_crashed_predecessor(start_broker, zk_connect,
+                                                                       zk_client):
+    from pylog.cluster.layout import BrokerRegistration
+    from pylog.cluster.session import close_client, connect_client
+
+    predecessor = connect_client(zk_connect, 5.0, 10.0)
+    predecessor.create("/brokers/ids/7", BrokerRegistration(7, "127.0.0.1", 9007).encode(1),
+                       ephemeral=True, makepath=True)
+    # The old session ends while the new broker is already waiting for the id.
+    threading.Timer(0.5, close_client, [predecessor]).start()
+    restarted = start_broker(7, session_timeout_ms=5000)
+    wait_until(lambda: [b.broker_id for b in restarted.brokers()] == [7],
+               message="the restarted broker registered")
+    assert zk_client.get("/brokers/ids/7")[1].ephemeralOwner == restarted.session[0]
