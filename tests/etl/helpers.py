@@ -93,16 +93,18 @@ def table_keys(spark, warehouse: Path, table: str) -> list[tuple[str, int, int]]
     return [(r[0], r[1], r[2]) for r in frame.select("_topic", "_partition", "_offset").collect()]
 
 
-def duckdb_keys(warehouse: Path, table: str) -> list[tuple[str, int, int]]:
+def duckdb_keys(warehouse: Path, table: str, dt_only: bool = False) -> list[tuple[str, int, int]]:
     pattern = str(warehouse / table / "**" / "*.parquet")
-    rows = duckdb.sql(f"select _topic, _partition, _offset, dt, hr from "
+    partitions = "dt" if dt_only else "dt, hr"
+    rows = duckdb.sql(f"select _topic, _partition, _offset, {partitions} from "
                       f"read_parquet('{pattern}', hive_partitioning=true)").fetchall()
-    return [(t, p, o) for t, p, o, _, _ in rows]
+    return [row[:3] for row in rows]
 
 
-def assert_exactly_once(spark, warehouse: Path, table: str, expected: set, quarantined: set = frozenset()):
+def assert_exactly_once(spark, warehouse: Path, table: str, expected: set, quarantined: set = frozenset(),
+                        dt_only: bool = False):
     """Rows (by Spark and DuckDB) are unique and are exactly ``expected`` minus quarantine."""
-    for keys in (table_keys(spark, warehouse, table), duckdb_keys(warehouse, table)):
+    for keys in (table_keys(spark, warehouse, table), duckdb_keys(warehouse, table, dt_only)):
         duplicates = [k for k, n in Counter(keys).items() if n > 1]
         assert not duplicates, f"duplicated rows: {duplicates[:5]}"
         assert set(keys) == set(expected) - set(quarantined), (

@@ -74,3 +74,24 @@ def test_table_lock_refuses_a_second_live_run(spark, mock_cluster, tmp_path):
     StateStore(config.state).acquire_lock("ev", "other-run", "backfill", timeout_s=30)
     with pytest.raises(LoaderError, match="locked by backfill run 'other-run'"):
         run_load(config, spark, LoadRequest(run_id="mine"))
+
+
+def test_new_partitions_latest_then_raw_payloads(spark, mock_cluster, tmp_path):
+    """new_partitions: latest skips what is there; raw tables keep key and value bytes."""
+    config = write_config(tmp_path, mock_cluster.bootstrap, topic="rawev", format="raw", schema=None,
+                          new_partitions="latest", partitioning=["dt"])
+    mock_cluster.produce("rawev", [bytes([i, 0, 255]) for i in range(20)])
+    first = run_load(config, spark, LoadRequest(run_id="n1"))
+    assert first[0].records_fetched == 0
+    assert sum(StateStore(config.state).committed_offsets("rawev").values()) == 20
+    assert any("is new" in note for note in first[0].notes)
+
+    mock_cluster.produce("rawev", [b"\x00not json\xff" + bytes([i]) for i in range(12)])
+    second = run_load(config, spark, LoadRequest(run_id="n2"))
+    assert second[0].rows_written == 12 and second[0].quarantined == 0
+    held = broker_records(mock_cluster.bootstrap, "rawev")
+    new = {k: v for k, v in held.items() if v.startswith(b"\x00not json")}
+    assert_exactly_once(spark, tmp_path / "warehouse", "rawev", set(new), dt_only=True)
+    rows = spark.read.parquet(str(tmp_path / "warehouse" / "rawev")).collect()
+    assert {(r["_partition"], r["_offset"]): bytes(r["value"]) for r in rows} == {
+        (p, o): v for (_, p, o), v in new.items()}
