@@ -69,6 +69,7 @@ class Log:
         self._last_flush_ms = self._now_ms()
         self._listeners: list[AppendListener] = []
         self._closed = False
+        self._truncations = 0  # bumped by truncate_to, so a flush running meanwhile knows
         self.bytes_truncated = bytes_truncated
         """Bytes cut off by recovery when the log was opened."""
 
@@ -186,7 +187,7 @@ class Log:
                 assigned.append((position, next_offset, header))
                 next_offset += header.last_offset_delta + 1
             max_timestamp = max(h.max_timestamp for _, h in batches)
-            segment = self._maybe_roll(len(buf), next_offset - 1, max_timestamp)
+            segment, rolled = self._maybe_roll(len(buf), next_offset - 1, max_timestamp)
             segment.append(buf, assigned)
             record_count = sum(h.records_count for _, h in batches)
             self._unflushed_records += record_count
@@ -194,26 +195,33 @@ class Log:
                 self._flush_locked()
             info = AppendInfo(first_offset, next_offset - 1, max_timestamp, -1,
                               self._log_start_offset, record_count)
+        if rolled:
+            # fsync the segment that just became inactive off the append path, as Kafka does.
+            threading.Thread(target=self._flush_rolled, args=(first_offset,), daemon=True,
+                             name=f"pylog-roll-flush-{self.directory.name}").start()
         self._notify()
         return info
 
-    def _maybe_roll(self, incoming_bytes: int, last_offset: int, max_timestamp: int) -> LogSegment:
+    def _maybe_roll(self, incoming_bytes: int, last_offset: int,
+                    max_timestamp: int) -> tuple[LogSegment, bool]:
+        """The segment to append to, and whether it is a new one."""
         segment = self._segments[-1]
         if segment.size == 0:
-            return segment
+            return segment, False
         if (segment.size + incoming_bytes > self.config.segment_bytes
                 or segment.time_waited_for_roll(self._now_ms(), max_timestamp) > self.config.segment_ms
                 or segment.offset_index.is_full or segment.time_index.is_full
                 or last_offset - segment.base_offset > MAX_RELATIVE_OFFSET):
-            return self._roll_locked()
-        return segment
+            return self._roll_locked(), True
+        return segment, False
 
     def roll(self) -> LogSegment:
-        """Start a new active segment now (no-op if the active one is empty)."""
+        """Start a new active segment now (no-op if the active one is empty) and fsync
+        the old one."""
         with self._lock:
             self._check_open()
             segment = self._roll_locked()
-        self._notify()
+        self._flush_rolled(segment.base_offset)
         return segment
 
     def _roll_locked(self) -> LogSegment:
@@ -226,9 +234,35 @@ class Log:
         fsync_directory(self.directory)
         self._segments.append(new)
         self._bases.append(new.base_offset)
-        # Flush what is now inactive, so recovery only ever re-validates the active segment.
-        self._flush_locked()
         return new
+
+    def _flush_rolled(self, up_to: int) -> None:
+        """fsync the segments below ``up_to`` (now inactive) without holding the lock, then
+        move the recovery point there, so recovery only re-validates the active segment.
+
+        The fsyncs go through duplicated descriptors, so retention may delete a segment
+        meanwhile; a truncation meanwhile cancels the move."""
+        with self._lock:
+            if self._closed or self._recovery_point >= up_to:
+                return
+            first = max(0, bisect.bisect_right(self._bases, self._recovery_point) - 1)
+            dirty = [s for s in self._segments[first:] if s.base_offset < up_to]
+            for segment in dirty:
+                segment.offset_index.flush()
+                segment.time_index.flush()
+            fds = [os.dup(s.records.fd) for s in dirty]
+            truncations = self._truncations
+        try:
+            for fd in fds:
+                os.fsync(fd)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        with self._lock:
+            if self._truncations == truncations and up_to > self._recovery_point:
+                self._recovery_point = min(up_to, self.log_end_offset)
+        if not self.config.expose_unflushed:
+            self._notify()
 
     # -- flush ----------------------------------------------------------------------------
 
@@ -347,6 +381,7 @@ class Log:
             self._check_open()
             if offset >= self.log_end_offset:
                 return
+            self._truncations += 1
             if offset <= self._segments[0].base_offset or offset < self._log_start_offset:
                 self._truncate_fully(offset)
                 return

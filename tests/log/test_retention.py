@@ -49,6 +49,21 @@ def test_explicit_roll_of_an_empty_segment_is_a_no_op(tmp_path, clock):
     assert log.recovery_point == 1  # rolling flushes the old segment
 
 
+def test_a_roll_during_append_flushes_the_old_segment_in_the_background(tmp_path, clock):
+    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=1000, expose_unflushed=False), clock)
+    woken = threading.Event()
+    log.add_append_listener(lambda lg: lg.high_watermark > 0 and woken.set())
+    while len(log.segments) < 2:
+        log.append(make_batch(2, tag=log.log_end_offset))
+    rolled_at = log.active_segment.base_offset
+    assert woken.wait(timeout=30)
+    assert log.recovery_point == rolled_at == log.high_watermark
+    result = log.read(0, 1 << 20)
+    with result.region as region:
+        *_, (_, last) = iter_batch_headers(region.read_bytes())
+    assert last.next_offset == rolled_at  # nothing unflushed is visible
+
+
 def test_time_retention_deletes_old_segments_but_never_the_active_one(tmp_path, clock):
     cfg = LogConfig(retention_ms=10 * HOUR_MS, segment_ms=HOUR_MS)
     log = Log.open(tmp_path / "t-0", cfg, clock)
