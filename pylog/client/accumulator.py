@@ -85,7 +85,7 @@ class RecordAccumulator:
                 self._incomplete += 1
                 self.cond.notify_all()  # the sender sets its linger timer from the new batch
             builder = batch.builder
-            before = builder.size_in_bytes
+            before = builder.size_in_bytes if batch.futures else 0  # a new batch holds its header too
             builder.append(key, value, headers, timestamp)
             size = builder.size_in_bytes
             self._bytes_held += size - before

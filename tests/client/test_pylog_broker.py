@@ -7,7 +7,7 @@ import confluent_kafka
 import pytest
 
 from pylog.client import Admin, OffsetOutOfRange, Producer, SimpleConsumer, TopicPartition, murmur2_partition
-from pylog.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from pylog.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
 from pylog.testing.broker import BrokerProcess, broker_fixture
 from tests.client.mock_cluster import confluent_read_all
 
@@ -129,3 +129,15 @@ def test_client_recovers_after_broker_restart(tmp_path):
             assert producer.send("restarts", b"after").result(timeout=30).offset == 1
             assert [r.value for r in consumer.fetch("restarts", 0, 0).records] == [b"before", b"after"]
             assert consumer.fetch_many({TopicPartition("restarts", 0): 1})[TopicPartition("restarts", 0)].next_offset == 2
+
+
+def test_non_retriable_broker_error_reaches_the_future(broker, admin):
+    admin.create_topic("too-large")
+    with Producer(broker.bootstrap) as producer:
+        big = producer.send("too-large", bytes(2 * 1024 * 1024))  # over message.max.bytes
+        small = producer.send("too-large", b"fits")
+        with pytest.raises(KafkaError) as caught:
+            big.result(timeout=30)
+        assert caught.value.name in ("MESSAGE_TOO_LARGE", "RECORD_LIST_TOO_LARGE")
+        assert not caught.value.retriable
+        assert small.result(timeout=30).offset == 0
