@@ -213,11 +213,8 @@ class BrokerConfig:
                                            self["log.flush.expose.unflushed"]),
             "message.max.bytes": ("max_batch_size", self["message.max.bytes"]),
         }
-        kwargs = {}
-        for key, (field, value) in settings.items():
-            kwargs[field] = value
         try:
-            return LogConfig(**kwargs)
+            return LogConfig(**{field: value for field, value in settings.values()})
         except ConfigError as exc:
             # Report the broker key, not the LogConfig field.
             key = next((k for k, (f, _) in settings.items() if f == exc.key), exc.key)

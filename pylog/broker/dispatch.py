@@ -81,9 +81,6 @@ class Parked:
             return None
         return _reply(ApiKey.FETCH, self.api_version, self.correlation_id, body)
 
-    def cancel(self) -> None:
-        """Nothing to release: an unfinished attempt closes its own regions."""
-
 
 def _reply(api_key: int, version: int, correlation_id: int, body: dict) -> Reply:
     try:

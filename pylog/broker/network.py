@@ -66,9 +66,7 @@ class Connection:
             if hasattr(chunk, "close"):
                 chunk.close()
         self.outbound.clear()
-        if self.parked is not None:
-            self.parked.cancel()
-            self.parked = None
+        self.parked = None  # an unfinished Fetch attempt holds no open regions
         try:
             self.sock.close()
         except OSError:

@@ -20,8 +20,8 @@ from typing import Callable, Mapping
 from pylog.cluster.metadata import PartitionState, TopicMetadata
 from pylog.cluster.placement import validate_topic_name
 from pylog.errors import (
-    InvalidPartitionsError, InvalidReplicationFactorError, TopicAlreadyExistsError,
-    UnknownTopicOrPartitionError)
+    InvalidPartitionsError, InvalidReplicationFactorError, KafkaStorageError,
+    TopicAlreadyExistsError, UnknownTopicOrPartitionError)
 from pylog.types import BrokerEndpoint
 
 STATE_FILE = "topics.json"
@@ -120,8 +120,11 @@ class StandaloneMetadata:
             state = json.loads(self._path.read_text())
         except FileNotFoundError:
             return {}
+        except json.JSONDecodeError as exc:
+            raise KafkaStorageError(f"{self._path} is not valid JSON: {exc}") from None
         if state.get("version") != _FORMAT_VERSION:
-            raise ValueError(f"{self._path}: unknown format version {state.get('version')!r}")
+            raise KafkaStorageError(f"{self._path}: unknown format version "
+                                    f"{state.get('version')!r}")
         return state["topics"]
 
     def _write_state(self, topics: Mapping[str, TopicMetadata]) -> None:

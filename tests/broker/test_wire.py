@@ -2,7 +2,6 @@
 
 import struct
 import threading
-import time
 
 import pytest
 
