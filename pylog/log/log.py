@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from pylog.errors import CorruptRecordError, OffsetOutOfRangeError, PylogError
+from pylog.errors import OffsetOutOfRangeError, PylogError
 from pylog.log.checkpoint import fsync_directory
 from pylog.log.config import LogConfig
 from pylog.log.loader import load_segments
@@ -30,8 +30,7 @@ from pylog.log.results import AppendInfo, FileRegion, ReadResult
 from pylog.log.retention import count_deletable
 from pylog.log.segment import LogSegment
 from pylog.log.validation import validate_append
-from pylog.records.batch import decode_batch
-from pylog.records.header import BatchHeader, set_base_offset
+from pylog.records.header import set_base_offset
 
 log = logging.getLogger(__name__)
 
@@ -340,15 +339,10 @@ class Log:
             for segment in self._segments:
                 if segment.max_timestamp < timestamp_ms:
                     continue
-                found = segment.find_timestamp(timestamp_ms)
+                found = segment.find_timestamp(timestamp_ms, high_watermark)
                 if found is None:
                     continue
-                position, header = found
-                if header.base_offset >= high_watermark:
-                    return None
-                raw = segment.records.read(position, header.size)
-                offset, timestamp = _first_record_at_or_after(raw, header, timestamp_ms)
-                return max(offset, self._log_start_offset), timestamp
+                return max(found[0], self._log_start_offset), found[1]
             return None
 
     # -- retention and truncation ---------------------------------------------------------
@@ -430,13 +424,3 @@ class Log:
         return (f"Log({self.directory}, start={self._log_start_offset}, "
                 f"end={self.log_end_offset}, segments={len(self._segments)})")
 
-
-def _first_record_at_or_after(raw: bytes, header: BatchHeader, timestamp_ms: int) -> tuple[int, int]:
-    try:
-        batch = decode_batch(raw)
-    except CorruptRecordError:
-        return header.base_offset, header.max_timestamp
-    for record in batch.records:
-        if record.timestamp >= timestamp_ms:
-            return record.offset, record.timestamp
-    return header.base_offset, header.max_timestamp

@@ -19,12 +19,14 @@ import logging
 import os
 from pathlib import Path
 
+from pylog.errors import CorruptRecordError
 from pylog.log import layout
 from pylog.log.config import LogConfig
 from pylog.log.file_records import FileRecords
 from pylog.log.index import CorruptIndexError
 from pylog.log.offset_index import OffsetIndex
 from pylog.log.time_index import NO_TIMESTAMP, TimeIndex
+from pylog.records.batch import decode_batch
 from pylog.records.header import BatchHeader
 
 log = logging.getLogger(__name__)
@@ -222,11 +224,24 @@ class LogSegment:
             stop = position + header.size
         return start, min(stop, end) - start
 
-    def find_timestamp(self, timestamp: int) -> tuple[int, BatchHeader] | None:
-        """The first batch whose max timestamp is >= ``timestamp``, via the time index."""
+    def find_timestamp(self, timestamp: int, max_offset: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record below ``max_offset`` whose timestamp
+        is >= ``timestamp``. The time index and batch headers find the batch; only that
+        batch is decoded (if it cannot be, its base offset and max timestamp answer)."""
         entry = self.time_index.lookup(timestamp)
         position = self.offset_index.lookup(entry.offset).position
-        return self.records.search_for_timestamp(timestamp, position)
+        found = self.records.search_for_timestamp(timestamp, position)
+        if found is None or found[1].base_offset >= max_offset:
+            return None
+        position, header = found
+        try:
+            batch = decode_batch(self.records.read(position, header.size))
+        except CorruptRecordError:
+            return header.base_offset, header.max_timestamp
+        for record in batch.records:
+            if record.timestamp >= timestamp and record.offset < max_offset:
+                return record.offset, record.timestamp
+        return header.base_offset, header.max_timestamp
 
     # -- lifecycle ------------------------------------------------------------------------
 
