@@ -180,7 +180,8 @@ class NetworkClient:
         return partition.leader
 
     def leader(self, tp: TopicPartition) -> BrokerEndpoint:
-        return self._snapshot.brokers[self.leader_id(tp)]
+        leader_id = self.leader_id(tp)  # may refresh the snapshot: look it up afterwards
+        return self._snapshot.brokers[leader_id]
 
     def close(self) -> None:
         with self._lock:
