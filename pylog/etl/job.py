@@ -23,7 +23,7 @@ from pylog.client import SimpleConsumer
 from pylog.etl import faults
 from pylog.etl.commit import commit
 from pylog.etl.config import LoaderConfig, TopicConfig
-from pylog.etl.errors import LoaderError
+from pylog.etl.errors import LoaderError, TableLockedError
 from pylog.etl.fs import Storage
 from pylog.etl.layout import bucket_ms
 from pylog.etl.model import BACKFILL, SCHEDULED, AuditEntry, TablePlan, TaskDoneMarker
@@ -80,7 +80,7 @@ def _load_table(config, spark, request, run_id, topic, state, warehouse, consume
         plan = state.read_plan(topic.table, pending)
         if plan is not None:
             log.warning("table %s: finishing run %s first (planned, not committed)", topic.table, pending)
-            audits.append(_execute(config, spark, plan, topic, state, warehouse, request.fault))
+            audits.append(_execute(config, spark, plan, topic, state, warehouse, request.fault, run_id))
     if state.is_committed(topic.table, run_id):
         audit = state.audit_for_run(topic.table, run_id)
         return audits + ([audit] if audit else [])
@@ -95,7 +95,7 @@ def _load_table(config, spark, request, run_id, topic, state, warehouse, consume
         raise LoaderError(f"run id {run_id!r} is a {plan.kind} run of table {topic.table}; "
                           f"it cannot be rerun as a {request.kind}")
     faults.kill_driver_at("after_plan", request.fault)
-    return audits + [_execute(config, spark, plan, topic, state, warehouse, request.fault)]
+    return audits + [_execute(config, spark, plan, topic, state, warehouse, request.fault, run_id)]
 
 
 def _window(request: LoadRequest, topic: TopicConfig, state: StateStore) -> tuple[int, int]:
@@ -108,7 +108,7 @@ def _window(request: LoadRequest, topic: TopicConfig, state: StateStore) -> tupl
 
 
 def _execute(config: LoaderConfig, spark, plan: TablePlan, topic: TopicConfig, state: StateStore,
-             warehouse: Storage, fault: str | None) -> AuditEntry:
+             warehouse: Storage, fault: str | None, lock_owner: str) -> AuditEntry:
     specs = [TaskSpec(plan.run_id, plan.kind, index, r, topic, config.source, config.warehouse,
                       config.state, plan.window_ms, fault)
              for index, r in enumerate(plan.ranges)]
@@ -125,6 +125,10 @@ def _execute(config: LoaderConfig, spark, plan: TablePlan, topic: TopicConfig, s
     if missing:
         raise LoaderError(f"table {plan.table}: tasks finished without done markers for {missing}")
     faults.kill_driver_at("before_commit", fault)
+    held = state.read_lock(plan.table)
+    if held is None or held.run_id != lock_owner:
+        raise TableLockedError(f"table {plan.table}: run {lock_owner!r} lost its lock "
+                               f"(now {held.run_id if held else 'free'!r}) before committing; rerun it")
     return commit(state, warehouse, plan, topic, markers, fault)
 
 

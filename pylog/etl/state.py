@@ -77,10 +77,12 @@ class StateStore:
     def committed_offsets(self, table: str) -> dict[int, int]:
         """``{partition: next offset to load}`` committed by the scheduled load; {} if none.
 
+        ``table`` may also be the name of the topic loaded into it.
+
         >>> StateStore("file:///tmp/state").committed_offsets("page_views")
         {0: 1200, 1: 1187}
         """
-        snapshot = self.offsets_snapshot(table)
+        snapshot = self.offsets_snapshot(self.resolve_table(table))
         return dict(snapshot.offsets) if snapshot else {}
 
     def write_offsets(self, snapshot: OffsetsSnapshot) -> None:
@@ -143,8 +145,8 @@ class StateStore:
         self.storage.write_atomic(self._table(entry.table, "audit", name), entry.to_json())
 
     def list_audits(self, table: str) -> list[AuditEntry]:
-        """Every audit entry of a table, oldest first."""
-        directory = self._table(table, "audit")
+        """Every audit entry of a table (or of the table a topic is loaded into), oldest first."""
+        directory = self._table(self.resolve_table(table), "audit")
         return [AuditEntry.from_json(self.storage.read_bytes(self.storage.child(directory, name)))
                 for name in self.storage.list_dir(directory)
                 if name.endswith(".json") and not name.startswith(".")]
@@ -161,7 +163,18 @@ class StateStore:
         return None
 
     def tables(self) -> list[str]:
+        """Names of the tables this state store has state for."""
         return self.storage.list_dir(self.storage.join("tables"))
+
+    def resolve_table(self, table_or_topic: str) -> str:
+        """The table itself if it has state; else the table whose offsets name this topic."""
+        if self.storage.exists(self._table(table_or_topic)):
+            return table_or_topic
+        for table in self.tables():
+            snapshot = self.offsets_snapshot(table)
+            if snapshot is not None and snapshot.topic == table_or_topic:
+                return table
+        return table_or_topic
 
     # -- locks ---------------------------------------------------------------------------
 

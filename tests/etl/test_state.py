@@ -52,6 +52,8 @@ def test_plan_marker_offsets_audit_roundtrip(tmp_path):
     assert state.committed_offsets("tbl") == {}
     state.write_offsets(OffsetsSnapshot("tbl", "t", "r1", 7, {0: 20, 1: 3}))
     assert state.committed_offsets("tbl") == {0: 20, 1: 3}
+    assert state.committed_offsets("t") == {0: 20, 1: 3}  # by topic name
+    assert state.committed_offsets("other") == {}
     audit = AuditEntry("r1", "scheduled", "tbl", "t", 8, 9, 8, 1, 900, 300, 1.0, 0.5, (r,),
                        (PartitionAudit("t", 0, 10, 20, 9, 8, 1),), plan.gaps)
     state.write_audit(audit)
