@@ -161,3 +161,41 @@ def test_committed_offsets_survive_a_killed_member(cluster, consumers, tmp_path,
     for tp in child_share:
         first = min(r.offset for r in records if r.partition == tp.partition)
         assert first == committed.get(tp, 0), "resumed exactly at the committed offset"
+
+
+def test_members_joining_and_leaving_move_partitions_without_loss(cluster, consumers):
+    make_topic(cluster, "churn", 4)
+    group = [consumers("churners", topics=["churn"]) for _ in range(2)]
+    received: dict = {}
+
+    def produce_round(n: int) -> set:
+        items = [(p, f"round{n}-{p}-{i}") for p in range(4) for i in range(10)]
+        clients.confluent_produce(cluster.bootstrap(), "churn", items)
+        return set(items)
+
+    def shares_settle(members: list[ZkConsumer], sizes: list[int]) -> None:
+        wait_until(lambda: sorted(len(c.assignment()) for c in members) == sizes
+                   and len(frozenset().union(*(c.assignment() for c in members))) == 4,
+                   message=f"shares of sizes {sizes}")
+
+    def delivered() -> set:
+        return {(r.partition, r.value.decode()) for rs in received.values() for r in rs}
+
+    def all_delivered(members: list[ZkConsumer], sent: set) -> bool:
+        for consumer in members:
+            received.setdefault(id(consumer), []).extend(consumer.poll(0.2))
+        return sent <= delivered()
+
+    shares_settle(group, [2, 2])
+    sent = produce_round(1)
+    wait_until(lambda: all_delivered(group, sent), message="round 1")
+    group.append(consumers("churners", topics=["churn"]))
+    shares_settle(group, [1, 1, 2])
+    sent |= produce_round(2)
+    wait_until(lambda: all_delivered(group, sent), message="round 2")
+    leaving = group.pop(0)
+    leaving.close()
+    shares_settle(group, [2, 2])
+    sent |= produce_round(3)
+    wait_until(lambda: all_delivered(group, sent), message="round 3")
+    assert delivered() == sent
