@@ -5,7 +5,7 @@
 * Append throughput (MB/s, records/s) for 200-byte records in 16 KB and 1 MB batches,
   next to a plain ``write()`` of the same bytes to a file (the page-cache limit).
 * Read latency (``Log.read`` to a region, then closing it) at random offsets in a ~20 MB
-  log and in a ~2 GB log, and their ratio: the segment search and the sparse index keep
+  log and in a ~2 GB log, after a warm-up pass, and their ratio: the segment search and the sparse index keep
   lookups O(log n), so the ratio should stay near 1.
 * Recovery speed: re-validating (length + CRC-32C) and re-indexing the unflushed ~2 GB
   log, next to reading the same files and computing CRC-32C over them.
@@ -134,6 +134,8 @@ def main() -> None:
         build_s = time.perf_counter() - start
         print(f"built a {big.size_bytes / 1e9:.2f} GB log of {big.log_end_offset:,} records "
               f"in {len(big.segments)} segments in {build_s:.1f} s")
+        for log in (small, big):  # warm up: map index pages, fill CPU caches
+            read_latencies(log, args.reads, rng)
         small_lat = read_latencies(small, args.reads, rng)
         big_lat = read_latencies(big, args.reads, rng)
         print(f"read, {small.size_bytes / 1e6:6.0f} MB log: {describe(small_lat)}")

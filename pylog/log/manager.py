@@ -12,12 +12,13 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import re
 import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterable
 
-from pylog.errors import KafkaStorageError
+from pylog.errors import ConfigError, InvalidTopicError, KafkaStorageError
 from pylog.log import layout
 from pylog.log.checkpoint import OffsetCheckpointFile, fsync_directory
 from pylog.log.config import LogConfig
@@ -25,6 +26,9 @@ from pylog.log.log import Log
 from pylog.types import TopicPartition
 
 log = logging.getLogger(__name__)
+
+# Kafka's rule; it also keeps names safe in paths and in the space-separated checkpoints.
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 
 class LogManager:
@@ -39,14 +43,15 @@ class LogManager:
         ...
         mgr.close()
 
-    Raises KafkaStorageError if a log dir is locked by another process.
+    Raises KafkaStorageError if a log dir is locked by another process, InvalidTopicError
+    for a topic name Kafka would refuse, ConfigError for an empty ``log_dirs``.
     """
 
     def __init__(self, log_dirs: Iterable[Path], default_config: LogConfig,
                  clock: Callable[[], float] = time.time) -> None:
         self.log_dirs = [Path(d) for d in log_dirs]
         if not self.log_dirs:
-            raise ValueError("LogManager needs at least one log dir")
+            raise ConfigError("log_dirs", "at least one log dir is needed")
         self.default_config = default_config
         self._clock = clock
         self._lock = threading.RLock()
@@ -109,8 +114,10 @@ class LogManager:
         """The partition's log, created in the least-used log dir if it does not exist.
         A given ``config`` is applied to an existing log too."""
         tp = TopicPartition(topic, partition)
-        if "/" in topic or topic in ("", ".", ".."):
-            raise ValueError(f"invalid topic name {topic!r}")
+        if not _LEGAL_TOPIC.match(topic) or topic in (".", "..") or partition < 0:
+            raise InvalidTopicError(
+                f"invalid topic partition {topic!r}/{partition}: topic names are 1 to 249 of "
+                f"[a-zA-Z0-9._-], partitions are >= 0")
         with self._lock:
             existing = self._logs.get(tp)
             if existing is not None:

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from pylog.errors import KafkaStorageError
+from pylog.errors import ConfigError, InvalidTopicError, KafkaStorageError
 from pylog.log import LogConfig, LogManager
 from pylog.log import layout
 from pylog.log.checkpoint import OffsetCheckpointFile
@@ -131,6 +131,19 @@ def test_background_thread_flushes_by_flush_ms(tmp_path, clock):
     finally:
         mgr.close()
     assert OffsetCheckpointFile(tmp_path / layout.RECOVERY_POINT_CHECKPOINT).read() == {TopicPartition("t", 0): 4}
+
+
+@pytest.mark.parametrize("topic, partition", [("", 0), ("..", 0), ("a b", 0), ("a/b", 0),
+                                               ("x" * 250, 0), ("ok", -1)])
+def test_names_kafka_refuses_are_refused(tmp_path, topic, partition):
+    mgr = LogManager([tmp_path], LogConfig())
+    mgr.load()
+    with pytest.raises(InvalidTopicError):
+        mgr.get_or_create(topic, partition)
+    assert mgr.partitions() == [] and [p.name for p in tmp_path.iterdir() if p.is_dir()] == []
+    mgr.close()
+    with pytest.raises(ConfigError, match="^log_dirs"):
+        LogManager([], LogConfig())
 
 
 def test_checkpoint_file_round_trip_and_atomic_write(tmp_path):
