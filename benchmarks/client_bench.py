@@ -7,6 +7,8 @@
    ``SimpleConsumer.fetch`` (Record objects), with ``fetch_raw`` + ``decode_columns``
    (the loader's column path), and with a confluent-kafka consumer (assign + consume).
    Prints records/s and the ratios.
+3. Decode only (no network): the same batches through ``decode_columns``,
+   ``iter_records`` and kafka-python's pure-Python ``MemoryRecords`` reader.
 
     python benchmarks/client_bench.py [--messages 200000]
 """
@@ -22,7 +24,7 @@ from pathlib import Path
 import confluent_kafka
 
 from pylog.client import Admin, Producer, SimpleConsumer
-from pylog.records import decode_columns
+from pylog.records import build_batch, decode_columns, iter_records
 from pylog.testing.broker import BrokerProcess
 
 VALUE = b"v" * 200
@@ -105,6 +107,32 @@ def confluent_consume(bootstrap: str, topic: str, end: int) -> float:
     return seen / elapsed
 
 
+def decode_only(count: int) -> dict[str, float]:
+    """records/s of three decoders over 16 KB batches of 200-byte values."""
+    from kafka.record.memory_records import MemoryRecords
+
+    per_batch = 75
+    batches = max(1, count // per_batch)
+    buf = b"".join(build_batch([(None, VALUE, (), 1_700_000_000_000 + i) for i in range(per_batch)],
+                               base_offset=b * per_batch) for b in range(batches))
+    total = batches * per_batch
+
+    def kafka_python() -> int:
+        records, seen = MemoryRecords(buf), 0
+        while records.has_next():
+            seen += sum(1 for _ in records.next_batch())
+        return seen
+
+    rates = {}
+    for name, decode in (("decode_columns", lambda: len(decode_columns(buf))),
+                         ("iter_records", lambda: sum(1 for _ in iter_records(buf))),
+                         ("kafka-python MemoryRecords", kafka_python)):
+        start = time.perf_counter()
+        assert decode() == total
+        rates[name] = total / (time.perf_counter() - start)
+    return rates
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=200_000)
@@ -131,6 +159,11 @@ def main() -> int:
         print(f"  confluent-kafka consumer  {consumed:>12,.0f} records/s")
         print(f"  fetch / confluent         {fetched / consumed:>12.2f}")
         print(f"  columns / confluent       {columns / consumed:>12.2f}")
+    print(f"decode only: {n} records of 200 bytes in 75-record batches")
+    rates = decode_only(n)
+    for name, rate in rates.items():
+        print(f"  {name:<27}{rate:>12,.0f} records/s")
+    print(f"  decode_columns / kafka-python {rates['decode_columns'] / rates['kafka-python MemoryRecords']:>8.2f}")
     return 0
 
 

@@ -162,7 +162,8 @@ def decode_records_into(data: bytes, count: int, base_offset: int, base_timestam
 
 def _decode_loop(data, count, base_offset, base_timestamp,
                  add_offset, add_timestamp, add_key, add_value, add_headers) -> None:
-    # One-byte varints (values -64..63) are inlined; longer ones call read_varint.
+    # One- and two-byte varints (values -8192..8191) are decoded inline; longer ones
+    # call read_varint.
     pos = 0
     end = len(data)
     for _ in range(count):
@@ -170,6 +171,10 @@ def _decode_loop(data, count, base_offset, base_timestamp,
         if b < 128:
             length = (b >> 1) ^ -(b & 1)
             pos += 1
+        elif data[pos + 1] < 128:  # two bytes
+            length = (b & 0x7F) | (data[pos + 1] << 7)
+            length = (length >> 1) ^ -(length & 1)
+            pos += 2
         else:
             length, pos = read_varint(data, pos)
         record_end = pos + length
@@ -179,18 +184,30 @@ def _decode_loop(data, count, base_offset, base_timestamp,
         if b < 128:
             ts_delta = (b >> 1) ^ -(b & 1)
             pos += 2
+        elif data[pos + 2] < 128:  # two bytes
+            ts_delta = (b & 0x7F) | (data[pos + 2] << 7)
+            ts_delta = (ts_delta >> 1) ^ -(ts_delta & 1)
+            pos += 3
         else:
             ts_delta, pos = read_varint(data, pos + 1)
         b = data[pos]
         if b < 128:
             offset_delta = (b >> 1) ^ -(b & 1)
             pos += 1
+        elif data[pos + 1] < 128:  # two bytes
+            offset_delta = (b & 0x7F) | (data[pos + 1] << 7)
+            offset_delta = (offset_delta >> 1) ^ -(offset_delta & 1)
+            pos += 2
         else:
             offset_delta, pos = read_varint(data, pos)
         b = data[pos]
         if b < 128:
             key_length = (b >> 1) ^ -(b & 1)
             pos += 1
+        elif data[pos + 1] < 128:  # two bytes
+            key_length = (b & 0x7F) | (data[pos + 1] << 7)
+            key_length = (key_length >> 1) ^ -(key_length & 1)
+            pos += 2
         else:
             key_length, pos = read_varint(data, pos)
         if key_length >= 0:
@@ -204,6 +221,10 @@ def _decode_loop(data, count, base_offset, base_timestamp,
         if b < 128:
             value_length = (b >> 1) ^ -(b & 1)
             pos += 1
+        elif data[pos + 1] < 128:  # two bytes
+            value_length = (b & 0x7F) | (data[pos + 1] << 7)
+            value_length = (value_length >> 1) ^ -(value_length & 1)
+            pos += 2
         else:
             value_length, pos = read_varint(data, pos)
         if value_length >= 0:
