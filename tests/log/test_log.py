@@ -216,3 +216,36 @@ def test_region_survives_closing_the_log(tmp_path):
     assert region.closed
     with pytest.raises(OSError):
         os.fstat(region.fd)
+
+
+def test_truncate_to_cuts_at_a_batch_boundary(tmp_path, clock):
+    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=600, index_interval_bytes=100), clock)
+    for i in range(12):
+        log.append(make_batch(3, tag=i))
+    segments = len(log.segments)
+    log.truncate_to(16)  # inside the batch 15..17: that batch goes too
+    assert log.log_end_offset == 15 and len(log.segments) < segments
+    assert log.append(make_batch(1, tag=99)).first_offset == 15
+    with log.read(15, 1000).region as region:
+        (_, header), = iter_batch_headers(region.read_bytes())
+        assert (header.base_offset, header.records_count) == (15, 1)
+    log.truncate_to(1000)  # past the end: nothing happens
+    assert log.log_end_offset == 16
+
+
+def test_truncate_below_the_log_start_restarts_the_log_there(tmp_path, clock):
+    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=300, retention_bytes=300, retention_ms=None), clock)
+    for i in range(10):
+        log.append(make_batch(2, tag=i))
+    log.delete_old_segments()
+    start = log.log_start_offset
+    assert start > 2
+    log.truncate_to(2)
+    assert (log.log_start_offset, log.log_end_offset, len(log.segments)) == (2, 2, 1)
+    assert sorted(p.name for p in (tmp_path / "t-0").iterdir()) == [
+        "00000000000000000002.index", "00000000000000000002.log", "00000000000000000002.timeindex"]
+    assert log.append(make_batch(1)).first_offset == 2
+    log.close()
+    reopened = Log.open(tmp_path / "t-0", LogConfig())
+    assert (reopened.log_start_offset, reopened.log_end_offset) == (2, 3)
+    reopened.close()
