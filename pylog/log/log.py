@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from pylog.errors import OffsetOutOfRangeError, PylogError
+from pylog.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from pylog.log.checkpoint import fsync_directory
 from pylog.log.config import LogConfig
 from pylog.log.loader import load_segments
@@ -38,8 +38,9 @@ MAX_RELATIVE_OFFSET = 2**31 - 1
 AppendListener = Callable[["Log"], None]
 
 
-class LogClosedError(PylogError):
-    """The log was closed or deleted; no more appends or reads."""
+class LogClosedError(UnknownTopicOrPartitionError):
+    """The log was closed or deleted; no more appends or reads. A request that meets it
+    gets UNKNOWN_TOPIC_OR_PARTITION (retriable), as for a partition deleted under it."""
 
 
 class Log:

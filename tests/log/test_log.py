@@ -249,3 +249,16 @@ def test_truncate_below_the_log_start_restarts_the_log_there(tmp_path, clock):
     reopened = Log.open(tmp_path / "t-0", LogConfig())
     assert (reopened.log_start_offset, reopened.log_end_offset) == (2, 3)
     reopened.close()
+
+
+def test_a_closed_log_refuses_work_with_a_kafka_error(tmp_path):
+    from pylog.errors import UnknownTopicOrPartitionError
+    from pylog.log import LogClosedError
+    log = Log.open(tmp_path / "t-0", LogConfig())
+    log.append(make_batch(1))
+    log.close()
+    log.close()  # idempotent
+    for call in (lambda: log.append(make_batch(1)), lambda: log.read(0, 100), log.flush):
+        with pytest.raises(LogClosedError) as caught:
+            call()
+        assert isinstance(caught.value, UnknownTopicOrPartitionError) and caught.value.errno == 3
