@@ -1,0 +1,53 @@
+"""pylog_load: land every configured topic in its Parquet table, exactly once, on a schedule.
+
+plan_loads -> load (one spark-submit of jobs/load_log.py per topic, dynamically mapped)
+-> audit -> register_partitions (Spark catalog; emits one Asset per table).
+
+The Airflow run id is the load's run id: a retried task or a cleared DAG run reuses the
+load's plan and adds no duplicates. Settings: see pylog.orchestration.settings.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pendulum
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Asset, dag, task
+
+from pylog.etl.config import load_config
+from pylog.orchestration import loads
+from pylog.orchestration.settings import at_runtime, from_environment
+
+SETTINGS = from_environment(Path(__file__).resolve().parents[1])
+TABLE_ASSETS = [Asset(name=f"pylog.{table}", uri=uri)
+                for table, uri in loads.table_asset_uris(load_config(SETTINGS.loader_config)).items()]
+
+
+@dag(dag_id="pylog_load", schedule=SETTINGS.schedule, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+     catchup=False, max_active_runs=1, tags=["pylog"], doc_md=__doc__,
+     default_args={"retries": 1, "retry_delay": timedelta(minutes=1)})
+def pylog_load():
+    @task
+    def plan_loads(run_id=None) -> list[list[str]]:
+        return loads.load_arguments(at_runtime(SETTINGS).loader_config, run_id)
+
+    load = SparkSubmitOperator.partial(
+        task_id="load", application=SETTINGS.load_application, conn_id=SETTINGS.spark_conn_id,
+        name="pylog-load",
+    ).expand(application_args=plan_loads())
+
+    @task(retries=0)  # a run that does not add up stays failed until someone looks
+    def audit(run_id=None) -> str:
+        settings = at_runtime(SETTINGS)
+        return loads.audit(settings.loader_config, run_id, settings.max_lag)
+
+    @task(outlets=TABLE_ASSETS)
+    def register_partitions() -> list[str]:
+        return loads.register_catalog(at_runtime(SETTINGS))
+
+    load >> audit() >> register_partitions()
+
+
+pylog_load()

@@ -1,0 +1,107 @@
+"""Where the DAGs take their settings from.
+
+At parse time (schedule, DAG structure, Asset outlets) only environment variables are
+read, so parsing never touches the metadata database. At run time an Airflow Variable
+of the same name in lower case overrides the environment (``pylog_loader_config``
+overrides ``PYLOG_LOADER_CONFIG``), so operators can repoint a deployment from the UI.
+
+======================  ==================================  ===============================
+environment / Variable  meaning                             default
+======================  ==================================  ===============================
+PYLOG_LOADER_CONFIG     the loader's loader.yaml            <checkout>/conf/loader.yaml
+PYLOG_JOBS_DIR          directory holding load_log.py       <checkout>/jobs
+PYLOG_LOAD_SCHEDULE     pylog_load's schedule (parse time)  @hourly; ``none`` for manual
+PYLOG_MAX_LAG           the audit's bound on partition lag  100000 (offsets)
+PYLOG_SPARK_CONN_ID     Airflow connection for spark-submit spark_default
+PYLOG_METASTORE_DIR     embedded Hive metastore directory   $AIRFLOW_HOME/pylog-metastore
+PYLOG_CATALOG_DATABASE  Spark catalog database of tables    pylog
+======================  ==================================  ===============================
+
+The Spark master comes from the connection, for example
+``AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[2]"}'``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from pylog.errors import ConfigError
+
+DEFAULT_SCHEDULE = "@hourly"
+DEFAULT_MAX_LAG = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class DagSettings:
+    loader_config: str
+    """Path of the loader's configuration file."""
+    jobs_dir: str
+    """Directory of the spark-submit entry points (load_log.py)."""
+    schedule: str | None = DEFAULT_SCHEDULE
+    """pylog_load's schedule; None: triggered manually only."""
+    max_lag: int = DEFAULT_MAX_LAG
+    """The audit fails when a partition lags the log by more offsets than this."""
+    spark_conn_id: str = "spark_default"
+    """Airflow connection naming the Spark master."""
+    metastore_dir: str = ""
+    """Where the embedded Hive metastore of the catalog registration lives."""
+    catalog_database: str = "pylog"
+    """Spark catalog database the tables are registered in."""
+
+    @property
+    def load_application(self) -> str:
+        return os.path.join(self.jobs_dir, "load_log.py")
+
+
+def from_environment(checkout: str | os.PathLike, environ: Mapping[str, str] | None = None) -> DagSettings:
+    """Settings from ``PYLOG_*`` variables; paths default to ``checkout`` (the repository).
+
+    Raises ConfigError naming the variable when a value is invalid.
+    """
+    env = os.environ if environ is None else environ
+    root = Path(checkout)
+    airflow_home = env.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
+    schedule = env.get("PYLOG_LOAD_SCHEDULE", DEFAULT_SCHEDULE).strip()
+    return DagSettings(
+        loader_config=env.get("PYLOG_LOADER_CONFIG") or str(root / "conf" / "loader.yaml"),
+        jobs_dir=env.get("PYLOG_JOBS_DIR") or str(root / "jobs"),
+        schedule=None if schedule.lower() in ("", "none", "null") else schedule,
+        max_lag=parse_max_lag(env.get("PYLOG_MAX_LAG", str(DEFAULT_MAX_LAG)), "PYLOG_MAX_LAG"),
+        spark_conn_id=env.get("PYLOG_SPARK_CONN_ID") or "spark_default",
+        metastore_dir=env.get("PYLOG_METASTORE_DIR") or os.path.join(airflow_home, "pylog-metastore"),
+        catalog_database=env.get("PYLOG_CATALOG_DATABASE") or "pylog")
+
+
+def parse_max_lag(value, key: str) -> int:
+    try:
+        lag = int(str(value).strip())
+    except ValueError:
+        raise ConfigError(key, f"{value!r} is not a whole number of offsets") from None
+    if lag < 0:
+        raise ConfigError(key, f"{lag} is negative")
+    return lag
+
+
+def at_runtime(settings: DagSettings) -> DagSettings:
+    """``settings`` with the run-time overrides from Airflow Variables applied (in a task)."""
+    from airflow.sdk import Variable
+
+    def variable(name: str, current: str) -> str:
+        return Variable.get(f"pylog_{name}", default=current)
+
+    return DagSettings(
+        loader_config=variable("loader_config", settings.loader_config),
+        jobs_dir=settings.jobs_dir,
+        schedule=settings.schedule,
+        max_lag=parse_max_lag(variable("max_lag", str(settings.max_lag)), "pylog_max_lag"),
+        spark_conn_id=settings.spark_conn_id,
+        metastore_dir=variable("metastore_dir", settings.metastore_dir),
+        catalog_database=variable("catalog_database", settings.catalog_database))
+
+
+def loader_config_template(settings: DagSettings) -> str:
+    """A Jinja expression for operator arguments: the Variable, else the environment's path."""
+    return "{{ var.value.get('pylog_loader_config', %r) }}" % settings.loader_config

@@ -1,0 +1,163 @@
+"""pylog_load end to end: a real broker, ``airflow dags test`` spark-submitting the loader
+on real Spark, then what analysts and operators see. One DAG run is shared by every test
+here (Airflow and spark-submit are slow); the tests run in file order.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from pylog.etl.config import load_config
+from pylog.etl.fs import Storage
+from pylog.etl.state import StateStore
+from pylog.orchestration.local_airflow import DagTestResult, LocalAirflow
+from pylog.orchestration.sample_events import page_views, produce
+from pylog.testing.broker import BrokerProcess
+from pylog.warehouse.query import run_query
+from pylog.warehouse.status import collect_status
+from tests.dags.conftest import local_airflow, write_loader_config
+
+END_MS = int(datetime(2026, 11, 20, 12, tzinfo=timezone.utc).timestamp() * 1000)
+EVENTS = 2400
+LATER_EVENTS = 150
+
+
+@dataclass
+class Loaded:
+    broker: BrokerProcess
+    config_path: Path
+    airflow: LocalAirflow
+    run: DagTestResult
+    views: list
+
+
+@pytest.fixture(scope="module")
+def loaded(module_dir):
+    broker = BrokerProcess(module_dir / "broker").start()
+    try:
+        views = page_views(EVENTS, END_MS, hours=6)
+        produce(broker.bootstrap, "page_views", views, partitions=3)
+        config_path = write_loader_config(module_dir, broker.bootstrap)
+        airflow = local_airflow(module_dir, config_path)
+        airflow.migrate()
+        run = airflow.dags_test("pylog_load")
+        yield Loaded(broker, config_path, airflow, run, views)
+    finally:
+        broker.stop()
+
+
+def _pylog(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pylog.cli.main", *argv], capture_output=True,
+                          text=True, timeout=300)
+
+
+def _hour(ts_ms: int) -> str:
+    return datetime.fromtimestamp(ts_ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:00")
+
+
+def test_the_dag_run_succeeds_task_by_task(loaded):
+    run = loaded.run
+    assert run.state == "success", run.output[-5000:]
+    assert run.task_states == {"plan_loads": "success", "load[0]": "success", "audit": "success",
+                               "register_partitions": "success"}
+    assert f"--run-id {run.run_id} --topics page_views" in run.output
+    assert "pylog.page_views at file://" in run.output and "created, 6 new partitions" in run.output
+
+
+def test_the_table_holds_every_record_exactly_once(loaded):
+    storage = Storage.from_uri(load_config(loaded.config_path).warehouse)
+    [counts] = run_query(storage, "SELECT count(*) AS n, count(DISTINCT (_partition, _offset)) AS d "
+                                  "FROM page_views").to_pylist()
+    assert counts == {"n": EVENTS, "d": EVENTS}
+    rows = run_query(storage, "SELECT user_id, url, referrer, duration_ms, epoch_ms(ts) AS ts_ms "
+                              "FROM page_views").to_pylist()
+    assert Counter(tuple(r.values()) for r in rows) == Counter(
+        (v.user_id, v.url, v.referrer, v.duration_ms, v.ts_ms) for v in loaded.views)
+    per_partition = run_query(storage, "SELECT _partition, min(_offset) AS lo, max(_offset) AS hi, "
+                                       "count(*) AS n FROM page_views GROUP BY 1").to_pylist()
+    assert all(p["lo"] == 0 and p["hi"] == p["n"] - 1 for p in per_partition)
+
+
+def test_the_load_ran_under_the_airflow_run_id(loaded):
+    state = StateStore(load_config(loaded.config_path).state)
+    audit = state.latest_audit("page_views")
+    assert audit.run_id == loaded.run.run_id
+    assert (audit.records_fetched, audit.rows_written, audit.quarantined) == (EVENTS, EVENTS, 0)
+
+
+def test_pylog_query_counts_page_views_per_hour(loaded):
+    result = _pylog("query", "--config", str(loaded.config_path), "--format", "json",
+                    "SELECT strftime(date_trunc('hour', ts), '%Y-%m-%d %H:00') AS hour, count(*) AS views "
+                    "FROM page_views GROUP BY 1 ORDER BY 1")
+    assert result.returncode == 0, result.stderr
+    hours = {row["hour"]: row["views"] for row in map(json.loads, result.stdout.splitlines())}
+    assert hours == Counter(_hour(v.ts_ms) for v in loaded.views)
+    assert len(hours) == 6
+
+
+def test_pylog_status_shows_the_committed_offsets_and_no_lag(loaded):
+    result = _pylog("status", "--config", str(loaded.config_path))
+    assert result.returncode == 0, result.stderr
+    lines = [line.split() for line in result.stdout.splitlines() if line.startswith("page_views ")]
+    partitions = [l for l in lines if l[1] == "page_views"]
+    assert len(partitions) == 3
+    assert all(l[4] == l[5] and l[6] == "0" for l in partitions)  # latest == committed, lag 0
+    [audit_line] = [l for l in lines if l[1] == loaded.run.run_id]
+    assert audit_line[-1] == "ok" and str(EVENTS) in audit_line
+
+
+def test_rerunning_the_load_of_the_same_dag_run_adds_nothing(loaded):
+    config = load_config(loaded.config_path)
+    storage = Storage.from_uri(config.warehouse)
+    state = StateStore(config.state)
+    files_before = sorted(p.name for p in Path(storage.join("page_views")).rglob("*.parquet"))
+    committed_before = state.committed_offsets("page_views")
+    produce(loaded.broker.bootstrap, "page_views", page_views(LATER_EVENTS, END_MS + 3_600_000, hours=1, seed=8))
+
+    output = loaded.airflow.tasks_test("pylog_load", "load", loaded.run.run_id, map_index=0)
+
+    assert f"--run-id {loaded.run.run_id}" in output
+    assert loaded.airflow.task_states("pylog_load", loaded.run.run_id)["load[0]"] == "success", output[-5000:]
+    [counts] = run_query(storage, "SELECT count(*) AS n, count(DISTINCT (_partition, _offset)) AS d "
+                                  "FROM page_views").to_pylist()
+    assert counts == {"n": EVENTS, "d": EVENTS}  # the run's plan was reused: the new records wait
+    assert sorted(p.name for p in Path(storage.join("page_views")).rglob("*.parquet")) == files_before
+    assert state.committed_offsets("page_views") == committed_before
+    assert len(state.list_audits("page_views")) == 1
+    assert sum(s.lag for s in collect_status(config)) == LATER_EVENTS
+
+
+def test_the_audit_fails_when_counts_do_not_add_up(loaded):
+    state = StateStore(load_config(loaded.config_path).state)
+    [audit_file] = Path(state.storage.join("tables", "page_views", "audit")).glob("*.json")
+    original = audit_file.read_text()
+    tampered = json.loads(original)
+    tampered["rows_written"] -= 1
+    audit_file.write_text(json.dumps(tampered))
+    try:
+        output = loaded.airflow.tasks_test("pylog_load", "audit", loaded.run.run_id)
+    finally:
+        audit_file.write_text(original)
+    assert loaded.airflow.task_states("pylog_load", loaded.run.run_id)["audit"] == "failed"
+    assert (f"rows written ({EVENTS - 1}) + quarantined (0) != records fetched ({EVENTS})") in output
+    assert f"the run's files hold {EVENTS} rows, its audit entry says {EVENTS - 1}" in output
+
+
+def test_the_audit_fails_when_lag_exceeds_the_bound(loaded):
+    lags = {p.partition: p.lag for s in collect_status(load_config(loaded.config_path)) for p in s.partitions}
+    bound = max(lags.values()) - 1
+    output = loaded.airflow.tasks_test("pylog_load", "audit", loaded.run.run_id,
+                                       env={"PYLOG_MAX_LAG": str(bound)})
+    assert loaded.airflow.task_states("pylog_load", loaded.run.run_id)["audit"] == "failed"
+    lagging = [p for p, lag in lags.items() if lag > bound]
+    for partition in lagging:
+        assert (f"partition {partition} of page_views lags {lags[partition]} offsets behind the log "
+                f"(bound {bound})") in output
