@@ -34,6 +34,8 @@ _SIZE = struct.Struct(">i")
 RECV_CHUNK = 256 * 1024
 # Stop reading from a client whose responses pile up beyond this (it reads too slowly).
 MAX_QUEUED_RESPONSE_BYTES = 16 * 1024 * 1024
+# Merge small responses into writes of up to this size (pipelined clients).
+COALESCE_BYTES = 256 * 1024
 
 
 class _PeerClosed(Exception):
@@ -54,7 +56,15 @@ class Connection:
         self.events = 0
 
     def queue(self, reply: Reply) -> None:
-        self.outbound.extend(reply.chunks)
+        """Queue a response; consecutive byte chunks are merged so one send covers many."""
+        out = self.outbound
+        for chunk in reply.chunks:
+            if not isinstance(chunk, bytes):
+                out.append(chunk)
+            elif out and type(out[-1]) is bytearray and len(out[-1]) < COALESCE_BYTES:
+                out[-1] += chunk
+            else:
+                out.append(bytearray(chunk))
         self.queued_bytes += reply.size
 
     def wants_read(self) -> bool:
@@ -185,24 +195,30 @@ class Processor(threading.Thread):
         conn.inbound += chunk
 
     def _process(self, conn: Connection) -> None:
-        """Handle every complete frame in the buffer, until a Fetch parks."""
-        while conn.parked is None and len(conn.inbound) >= 4:
-            size = _SIZE.unpack_from(conn.inbound, 0)[0]
-            if size < 0 or size > self.max_request_bytes:
-                raise CloseConnection(f"request size {size} is outside 0.."
-                                      f"{self.max_request_bytes} (socket.request.max.bytes)")
-            if len(conn.inbound) < 4 + size:
-                return
-            payload = bytes(conn.inbound[4:4 + size])
-            del conn.inbound[:4 + size]
-            outcome = self.dispatcher.dispatch(payload)
-            if isinstance(outcome, Reply):
-                conn.queue(outcome)
-                self._write(conn)
-            elif isinstance(outcome, Parked):
-                conn.parked = outcome
-                self._parked.add(conn)
-                self._add_waiter(outcome.partitions, self.wakeup)
+        """Handle every complete frame in the buffer, until a Fetch parks; then write."""
+        inbound = conn.inbound
+        position = 0
+        try:
+            while conn.parked is None and len(inbound) - position >= 4:
+                size = _SIZE.unpack_from(inbound, position)[0]
+                if size < 0 or size > self.max_request_bytes:
+                    raise CloseConnection(f"request size {size} is outside 0.."
+                                          f"{self.max_request_bytes} (socket.request.max.bytes)")
+                if len(inbound) - position - 4 < size:
+                    break
+                payload = bytes(inbound[position + 4:position + 4 + size])
+                position += 4 + size
+                outcome = self.dispatcher.dispatch(payload)
+                if isinstance(outcome, Reply):
+                    conn.queue(outcome)
+                elif isinstance(outcome, Parked):
+                    conn.parked = outcome
+                    self._parked.add(conn)
+                    self._add_waiter(outcome.partitions, self.wakeup)
+        finally:
+            # One shift of the buffer per batch of frames, not one per frame.
+            del inbound[:position]
+        self._write(conn)
 
     def _retry_parked(self) -> None:
         if not self._parked:
