@@ -15,6 +15,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from pylog.client.futures import new_record_future
 from pylog.errors import RequestTimedOutError
 from pylog.records import BatchBuilder
 from pylog.records.record import Header
@@ -28,7 +29,9 @@ class ProducerBatch:
     tp: TopicPartition
     builder: BatchBuilder
     created: float
-    futures: list[tuple[Future, int]] = field(default_factory=list)
+    futures: list[Future] = field(default_factory=list)
+    timestamps: list[int] = field(default_factory=list)
+    condition: threading.Condition = field(default_factory=threading.Condition)
     attempts: int = 0
     retry_at: float = 0.0
     closed: bool = False
@@ -66,7 +69,6 @@ class RecordAccumulator:
     def append(self, tp: TopicPartition, key: bytes | None, value: bytes | None,
                headers: Sequence[Header], timestamp: int, max_block_s: float) -> Future:
         """Queue one record; returns its future. Waits while the buffer is full."""
-        future: Future = Future()
         with self.cond:
             if self._bytes_held >= self.buffer_memory:
                 self._wait_for_room(max_block_s)
@@ -89,7 +91,9 @@ class RecordAccumulator:
             builder.append(key, value, headers, timestamp)
             size = builder.size_in_bytes
             self._bytes_held += size - before
-            batch.futures.append((future, timestamp))
+            future = new_record_future(batch.condition)
+            batch.futures.append(future)
+            batch.timestamps.append(timestamp)
             if size >= self.batch_size:
                 batch.closed = True
                 self._on_new_batch(tp)

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from concurrent.futures import InvalidStateError
 from typing import Callable
 
 from pylog.client.accumulator import ProducerBatch, RecordAccumulator
+from pylog.client.futures import settle_all
 from pylog.client.network import NetworkClient, backoff_delay
 from pylog.client.results import RecordMetadata
 from pylog.errors import KafkaError, PylogError, RequestTimedOutError, RetriableError
@@ -57,7 +57,7 @@ class Sender(threading.Thread):
             except Exception as exc:  # never lose a batch to a bug: fail it loudly
                 log.exception("producer sender failed")
                 for batch in batches:
-                    if batch.futures and not batch.futures[0][0].done():
+                    if batch.futures and not batch.futures[0].done():
                         self._fail(batch, exc)
 
     def _wait_for_ready(self) -> list[ProducerBatch] | None:
@@ -168,23 +168,17 @@ class Sender(threading.Thread):
 
     def _succeed(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
         topic, partition = batch.tp.topic, batch.tp.partition
-        for i, (future, timestamp) in enumerate(batch.futures):
-            offset = base_offset + i if base_offset >= 0 else -1
-            ts = log_append_time if log_append_time is not None and log_append_time >= 0 else timestamp
-            _settle(future, result=RecordMetadata(topic, partition, offset, ts))
+        if log_append_time is not None and log_append_time >= 0:
+            timestamps = [log_append_time] * len(batch.timestamps)
+        else:
+            timestamps = batch.timestamps
+        if base_offset >= 0:
+            results = [RecordMetadata(topic, partition, base_offset + i, ts) for i, ts in enumerate(timestamps)]
+        else:
+            results = [RecordMetadata(topic, partition, -1, ts) for ts in timestamps]
+        settle_all(batch.condition, batch.futures, results)
         self.acc.complete(batch)
 
     def _fail(self, batch: ProducerBatch, exc: BaseException) -> None:
-        for future, _ in batch.futures:
-            _settle(future, exception=exc)
+        settle_all(batch.condition, batch.futures, exception=exc)
         self.acc.complete(batch)
-
-
-def _settle(future, result=None, exception: BaseException | None = None) -> None:
-    try:
-        if exception is not None:
-            future.set_exception(exception)
-        else:
-            future.set_result(result)
-    except InvalidStateError:  # the caller cancelled it
-        pass
