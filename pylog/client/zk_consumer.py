@@ -28,6 +28,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Callable, Iterable, Iterator
 
 from kazoo.client import KazooState
@@ -41,6 +42,7 @@ from pylog.cluster.registry import registered_brokers
 from pylog.cluster.session import close_client, connect_client
 from pylog.cluster.worker import CoalescingWorker
 from pylog.errors import ConfigError, PylogError, RetriableError
+from pylog.records import decode_columns
 from pylog.records.record import Headers
 from pylog.types import TopicPartition
 
@@ -123,7 +125,7 @@ class ZkConsumer:
         self._positions: dict[TopicPartition, int | None] = {}
         self._processed: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}
-        self._unprocessed: list[tuple[ConsumedRecord, int]] = []
+        self._delivery = _Delivery([], [])
         self._paused = False
         self._closed = False
         self._next_commit = clock() + self._commit_interval
@@ -158,20 +160,23 @@ class ZkConsumer:
         """Records as they arrive; each counts as processed when the next is asked for."""
         idle_since = self._clock()
         while not self._closed:
-            batch = self._next_batch(timeout=0.5)
-            if not batch:
+            delivery = self._next_delivery(timeout=0.5)
+            if delivery is None:
                 if self._consumer_timeout is not None and \
                         self._clock() - idle_since >= self._consumer_timeout:
                     return
                 continue
-            for record, claim in batch:
-                if self._closed:
-                    return
-                if self._claims.get(TopicPartition(record.topic, record.partition)) != claim:
-                    continue  # the partition moved to another consumer meanwhile
-                yield record
-                self._mark_processed(record, claim)
-                self._maybe_auto_commit()
+            records, claims = delivery.records, self._claims
+            for tp, claim, start, end in delivery.spans:
+                for index in range(start, end):
+                    if self._closed:
+                        return
+                    if claims.get(tp) != claim:
+                        break  # the partition moved to another consumer meanwhile
+                    delivery.done = index
+                    yield records[index]
+                    self._maybe_auto_commit()
+                delivery.done = end
             idle_since = self._clock()
 
     def poll(self, timeout: float = 1.0) -> list[ConsumedRecord]:
@@ -179,14 +184,14 @@ class ZkConsumer:
 
         The records of the previous ``poll`` count as processed from now on.
         """
-        self._mark_unprocessed_done()
-        batch = self._next_batch(timeout)
-        self._unprocessed = batch
-        return [record for record, _ in batch]
+        self._delivery.done = len(self._delivery.records)
+        self._fold_processed()
+        delivery = self._next_delivery(timeout)
+        return [] if delivery is None else delivery.records
 
     def commit(self) -> None:
         """Commit the processed offsets of the owned partitions to ZooKeeper now."""
-        self._mark_unprocessed_done()
+        self._fold_processed()
         with self._lock:
             offsets = {tp: offset for tp, offset in self._processed.items()
                        if tp in self._owned and self._committed.get(tp) != offset}
@@ -226,8 +231,8 @@ class ZkConsumer:
 
     # -- fetching -------------------------------------------------------------------------
 
-    def _next_batch(self, timeout: float) -> list[tuple[ConsumedRecord, int]]:
-        """Fetched records, each with the claim of its partition it was fetched under."""
+    def _next_delivery(self, timeout: float) -> "_Delivery | None":
+        """The next fetched records, which become the delivery in the application's hands."""
         deadline = self._clock() + timeout
         while not self._closed:
             self._maybe_auto_commit()
@@ -235,15 +240,17 @@ class ZkConsumer:
                 wanted = {} if self._paused else dict(self._positions)
             offsets = self._resolve_positions(wanted)
             if offsets:
-                records = self._fetch(offsets)
-                if records:
-                    return records
+                delivery = self._fetch(offsets)
+                if delivery.records:
+                    self._fold_processed()
+                    self._delivery = delivery
+                    return delivery
             else:
                 with self._lock:
                     self._lock.wait(min(0.1, max(0.0, deadline - self._clock())))
             if self._clock() >= deadline:
-                return []
-        return []
+                return None
+        return None
 
     def _resolve_positions(self, wanted: dict[TopicPartition, int | None]) -> dict:
         """Look up start offsets still unknown; partitions that fail this time are left out."""
@@ -266,9 +273,9 @@ class ZkConsumer:
             return self._fetcher.earliest_offset(tp.topic, tp.partition)
         return self._fetcher.latest_offset(tp.topic, tp.partition)
 
-    def _fetch(self, offsets: dict[TopicPartition, int]) -> list[tuple[ConsumedRecord, int]]:
+    def _fetch(self, offsets: dict[TopicPartition, int]) -> "_Delivery":
         try:
-            results = self._fetcher.fetch_many(offsets, self._fetch_max_bytes,
+            raw = self._fetcher.fetch_raw_many(offsets, self._fetch_max_bytes,
                                                self._fetch_max_wait_ms)
         except OffsetOutOfRange as exc:
             tp = TopicPartition(exc.topic, exc.partition)
@@ -276,39 +283,43 @@ class ZkConsumer:
             with self._lock:
                 if self._positions.get(tp) == exc.offset:
                     self._positions[tp] = None
-            return []
+            return _Delivery([], [])
         except PylogError:
             # One partition without a leader must not stall the others.
-            results = {}
+            raw = {}
             for tp, offset in offsets.items():
                 try:
-                    results[tp] = self._fetcher.fetch(tp.topic, tp.partition, offset,
+                    raw[tp] = self._fetcher.fetch_raw(tp.topic, tp.partition, offset,
                                                       self._fetch_max_bytes, 0)
                 except PylogError as exc:
                     log.debug("fetch of %s failed: %s", tp, exc)
-        records = []
+        return self._decode(offsets, raw)
+
+    def _decode(self, offsets: dict[TopicPartition, int], raw: dict) -> "_Delivery":
+        records: list[ConsumedRecord] = []
+        spans = []
         with self._lock:
-            for tp, result in results.items():
+            for tp, result in raw.items():
                 # A partition released (or released and claimed again) since: drop the result.
                 if self._positions.get(tp) != offsets[tp]:
                     continue
-                claim = self._claims[tp]
-                records.extend((ConsumedRecord(tp.topic, tp.partition, r.offset, r.timestamp,
-                                               r.key, r.value, r.headers), claim)
-                               for r in result.records)
-                self._positions[tp] = result.next_offset
-        return records
+                columns = decode_columns(result.records, start_offset=offsets[tp])
+                if columns.next_offset is None:
+                    if result.records:  # one batch larger than the fetch size: ask for more
+                        self._fetch_max_bytes *= 2
+                    continue
+                start = len(records)
+                records.extend(map(ConsumedRecord, repeat(tp.topic), repeat(tp.partition),
+                                   columns.offsets, columns.timestamps, columns.keys,
+                                   columns.values, columns.headers))
+                if len(records) > start:
+                    spans.append((tp, self._claims[tp], start, len(records)))
+                self._positions[tp] = max(offsets[tp], columns.next_offset)
+        return _Delivery(records, spans)
 
-    def _mark_processed(self, record: ConsumedRecord, claim: int) -> None:
-        tp = TopicPartition(record.topic, record.partition)
+    def _fold_processed(self) -> None:
         with self._lock:
-            if self._claims.get(tp) == claim:
-                self._processed[tp] = max(self._processed.get(tp, 0), record.offset + 1)
-
-    def _mark_unprocessed_done(self) -> None:
-        batch, self._unprocessed = self._unprocessed, []
-        for record, claim in batch:
-            self._mark_processed(record, claim)
+            self._delivery.fold(self._claims, self._processed)
 
     def _maybe_auto_commit(self) -> None:
         if self._auto_commit and self._clock() >= self._next_commit:
@@ -407,6 +418,7 @@ class ZkConsumer:
         if not partitions:
             return
         with self._lock:
+            self._delivery.fold(self._claims, self._processed)
             self._owned = self._owned - partitions
             offsets = {}
             for tp in partitions:
@@ -419,3 +431,33 @@ class ZkConsumer:
             self._store.commit(offsets, self.consumer_id, lambda tp: True)
         for tp in partitions:
             self._store.release(tp, self.consumer_id)
+
+
+class _Delivery:
+    """Records handed to the application, and how far it has processed them.
+
+    ``spans`` are ``(partition, claim, start, end)``: records ``[start, end)`` came from
+    that partition under that claim. ``done`` counts the records processed (set by the
+    application's side without a lock: one int). ``fold`` turns the processed prefix into
+    next offsets per partition, once per partition rather than once per record.
+    """
+
+    __slots__ = ("records", "spans", "done", "folded")
+
+    def __init__(self, records: list[ConsumedRecord], spans: list) -> None:
+        self.records = records
+        self.spans = spans
+        self.done = 0
+        self.folded = 0
+
+    def fold(self, claims: dict[TopicPartition, int], processed: dict[TopicPartition, int]) -> None:
+        upto = self.done
+        for tp, claim, start, end in self.spans:
+            if start >= upto:
+                break
+            if end <= self.folded or claims.get(tp) != claim:
+                continue
+            next_offset = self.records[min(end, upto) - 1].offset + 1
+            if processed.get(tp, -1) < next_offset:
+                processed[tp] = next_offset
+        self.folded = max(self.folded, upto)

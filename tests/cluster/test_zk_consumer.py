@@ -199,3 +199,21 @@ def test_members_joining_and_leaving_move_partitions_without_loss(cluster, consu
     sent |= produce_round(3)
     wait_until(lambda: all_delivered(group, sent), message="round 3")
     assert delivered() == sent
+
+
+def test_iteration_commits_only_what_the_application_came_back_from(cluster, consumers,
+                                                                     zk_client_for):
+    make_topic(cluster, "iter", 1, per_partition=10)
+    consumer = consumers("iterators", topics=["iter"], auto_commit=False,
+                         consumer_timeout_ms=5000)
+    for record in consumer:
+        if record.offset == 4:
+            break  # record 4 was handed out but never finished
+    consumer.commit()
+    zk = zk_client_for(cluster.zk_connect)
+    assert zk.get("/consumers/iterators/offsets/iter/0")[0] == b"4"
+    consumer.close()
+    successor = consumers("iterators", topics=["iter"], consumer_timeout_ms=1000)
+    assert [r.offset for r in successor] == list(range(4, 10))
+    successor.commit()
+    assert zk.get("/consumers/iterators/offsets/iter/0")[0] == b"10"
