@@ -1,0 +1,164 @@
+"""Loader throughput: JSON events from a pylog broker into a Parquet table, end to end.
+
+    python benchmarks/loader_bench.py [--records 2000000] [--partitions 4] [--master local[2]]
+
+One run, all in this process tree:
+
+* **loader** -- ``pylog.etl.job.run_load`` on a local SparkSession (``--master``): plan,
+  map tasks (fetch by offset, bulk decode, Parquet zstd), commit.
+* **bound** -- pyarrow alone in one process: the same values newline-joined, parsed by
+  ``pyarrow.json.read_json`` with the schema, written as one zstd Parquet file. No
+  network, no record batches: the most the decode+write part can do.
+* **naive** -- a kafka-python consumer reading every partition, ``json.loads`` per record,
+  then ``pyarrow.Table.from_pylist`` and a Parquet write.
+
+Prints records/s and MB/s (payload bytes) for each, and the loader's ratio to both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+SCHEMA = {"user_id": "int64", "url": "string", "referrer": "string", "duration_ms": "int32",
+          "ts": "timestamp", "session": "string"}
+
+
+def make_events(count: int) -> list[bytes]:
+    rng = random.Random(7)
+    base = 1763622000000
+    out = []
+    for i in range(count):
+        ms = base + i * 7
+        out.append(json.dumps({
+            "user_id": rng.randrange(10_000_000), "url": f"https://shop.example.com/p/{rng.randrange(99999)}",
+            "referrer": f"https://search.example.org/q?{rng.randrange(10**8)}",
+            "duration_ms": rng.randrange(60000),
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z",
+            "session": f"{rng.getrandbits(96):024x}"}, separators=(",", ":")).encode())
+    return out
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes], partitions: int) -> None:
+    import confluent_kafka
+
+    producer = confluent_kafka.Producer({
+        "bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
+        "queue.buffering.max.messages": 500_000, "compression.type": "none", "acks": 1})
+    for i, value in enumerate(values):
+        while True:
+            try:
+                producer.produce(topic, value=value, partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(300) == 0
+
+
+def run_loader(bootstrap: str, topic: str, master: str, work: Path, per_task: int) -> float:
+    from pyspark.sql import SparkSession
+
+    from pylog.etl.config import parse_config
+    from pylog.etl.job import LoadRequest, run_load
+
+    config = parse_config({
+        "source": {"bootstrap_servers": bootstrap, "fetch_max_bytes": 16 << 20},
+        "warehouse": (work / "warehouse").as_uri(), "state": (work / "state").as_uri(),
+        "topics": {topic: {"format": "json", "schema": SCHEMA, "event_time": "field:ts",
+                           "max_records_per_task": per_task}}})
+    spark = (SparkSession.builder.master(master).appName("loader-bench")
+             .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.sparkContext.parallelize([0, 1], 2).count()  # start the Python workers first
+    started = time.perf_counter()
+    audits = run_load(config, spark, LoadRequest(run_id="bench"))
+    elapsed = time.perf_counter() - started
+    spark.stop()
+    assert audits[0].rows_written == audits[0].records_fetched, audits[0]
+    return elapsed
+
+
+def run_bound(values: list[bytes], work: Path) -> float:
+    from pylog.etl.config import parse_config
+    from pylog.etl.decode import payload_schema
+
+    topic = parse_config({"source": {"bootstrap_servers": "h:1"}, "warehouse": "file:///w", "state": "file:///s",
+                          "topics": {"t": {"format": "json", "schema": SCHEMA}}}).topics[0]
+    started = time.perf_counter()
+    table = pajson.read_json(pa.py_buffer(b"\n".join(values)),
+                             parse_options=pajson.ParseOptions(explicit_schema=payload_schema(topic)))
+    pq.write_table(table, work / "bound.parquet", compression="zstd")
+    return time.perf_counter() - started
+
+
+def run_naive(bootstrap: str, topic: str, partitions: int, total: int, work: Path) -> float:
+    from kafka import KafkaConsumer, TopicPartition
+
+    started = time.perf_counter()
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
+                             max_partition_fetch_bytes=8 << 20, fetch_max_bytes=32 << 20)
+    assigned = [TopicPartition(topic, p) for p in range(partitions)]
+    consumer.assign(assigned)
+    consumer.seek_to_beginning(*assigned)
+    rows = []
+    while len(rows) < total:
+        for records in consumer.poll(timeout_ms=1000).values():
+            for record in records:
+                event = json.loads(record.value)
+                event.update(_topic=record.topic, _partition=record.partition, _offset=record.offset,
+                             _timestamp=record.timestamp, _key=record.key)
+                rows.append(event)
+    consumer.close()
+    pq.write_table(pa.Table.from_pylist(rows), work / "naive.parquet", compression="zstd")
+    return time.perf_counter() - started
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--per-task", type=int, default=250_000, help="max_records_per_task")
+    args, _ = parser.parse_known_args(argv)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+    from pylog.testing.broker import BrokerProcess
+
+    values = make_events(args.records)
+    megabytes = sum(map(len, values)) / 1e6
+    print(f"{args.records} events, {megabytes:.0f} MB of JSON ({megabytes * 1e6 / args.records:.0f} B each), "
+          f"{args.partitions} partitions, {args.master}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="pylog-loader-bench-") as scratch:
+        work = Path(scratch)
+        with BrokerProcess(work / "broker", {"num.partitions": args.partitions,
+                                             "log.segment.bytes": 256 << 20}) as broker:
+            started = time.perf_counter()
+            produce(broker.bootstrap, "events", values, args.partitions)
+            print(f"produced in {time.perf_counter() - started:.1f}s", flush=True)
+            results = {"loader": run_loader(broker.bootstrap, "events", args.master, work, args.per_task),
+                       "bound": run_bound(values, work),
+                       "naive": run_naive(broker.bootstrap, "events", args.partitions, args.records, work)}
+    for name, seconds in results.items():
+        print(f"{name:7s} {seconds:8.2f}s  {args.records / seconds:12,.0f} records/s  "
+              f"{megabytes / seconds:8.1f} MB/s")
+    print(f"loader / bound: {results['bound'] / results['loader']:.2f} of the bound's speed (goal >= 0.5)")
+    print(f"loader / naive: {results['naive'] / results['loader']:.2f}x the naive baseline (goal >= 3)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
