@@ -262,3 +262,22 @@ def test_a_closed_log_refuses_work_with_a_kafka_error(tmp_path):
         with pytest.raises(LogClosedError) as caught:
             call()
         assert isinstance(caught.value, UnknownTopicOrPartitionError) and caught.value.errno == 3
+
+
+@pytest.mark.parametrize("compression", [0, 1, 2, 3, 4])  # none, gzip, snappy, lz4, zstd
+def test_compressed_client_batches_are_stored_as_sent(tmp_path, compression):
+    from pylog.records import decode_batch
+    log = Log.open(tmp_path / "t-0", LogConfig(index_interval_bytes=100))
+    sent = [make_batch(30, value_size=80, compression=compression, tag=i) for i in range(5)]
+    for batch in sent:
+        log.append(batch)
+    stored = read_all(log)
+    offset = 0
+    for (position, header), original in zip(iter_batch_headers(stored, verify_crc=True), sent):
+        assert header.compression == compression and header.base_offset == offset
+        assert stored[position + 8:position + header.size] == original[8:]
+        records = decode_batch(stored, position).records
+        assert [r.offset for r in records] == list(range(offset, offset + 30))
+        assert records[7].value.startswith(b"%d:7:" % (offset // 30))
+        offset += 30
+    log.close()
