@@ -20,7 +20,7 @@ Futures.
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 
 _PLAIN_ATTRIBUTES = {"_condition", "_state", "_result", "_exception", "_waiters", "_done_callbacks"}
 
@@ -51,12 +51,16 @@ def new_record_future(condition: threading.Condition) -> Future:
 
 def settle_all(condition: threading.Condition, futures: list[Future], results: list | None = None,
                exception: BaseException | None = None) -> None:
-    """Give every future of a batch its result (or ``exception``), holding the batch lock."""
+    """Give every future of a batch its result (or ``exception``), holding the batch lock.
+
+    Futures already settled are left alone.
+    """
     with condition:
         for i, future in enumerate(futures):
-            if future.done():
-                continue
-            if exception is not None:
-                future.set_exception(exception)
-            else:
-                future.set_result(results[i])
+            try:
+                if exception is not None:
+                    future.set_exception(exception)
+                else:
+                    future.set_result(results[i])
+            except InvalidStateError:
+                pass
