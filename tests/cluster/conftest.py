@@ -13,7 +13,7 @@ zookeeper = zookeeper_fixture()
 zk_connect = zk_chroot_fixture()
 
 # Short sessions so expiry-driven behaviour shows within a couple of seconds.
-SESSION_TIMEOUT_MS = 1500
+SESSION_TIMEOUT_MS = 3000
 
 
 def wait_until(condition, timeout: float = 20.0, message: str = "condition"):
