@@ -26,6 +26,7 @@ from pylog.broker.network import Acceptor, Processor
 from pylog.broker.partitions import AppendWaiters, PartitionLogs
 from pylog.cluster.metadata import ClusterMetadata
 from pylog.cluster.standalone import StandaloneMetadata
+from pylog.errors import ConfigError
 from pylog.log import LogManager
 from pylog.types import BrokerEndpoint
 
@@ -55,8 +56,8 @@ class Broker:
     >>> broker.address          # ('127.0.0.1', 9092)
     >>> broker.stop()           # clean shutdown
 
-    Raises ConfigError, KafkaStorageError (log dir locked) or OSError (port in use) from
-    ``start``.
+    Raises ConfigError (also when the listener's port is taken) or KafkaStorageError (log
+    dir locked by another broker) from ``start``.
     """
 
     def __init__(self, config: BrokerConfig, clock: Callable[[], float] = time.monotonic) -> None:
@@ -88,9 +89,14 @@ class Broker:
     def _bind(self) -> socket.socket:
         listener = self.config.listener
         server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        server.bind((listener.host, listener.port))
-        server.listen(512)
+        try:
+            server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            server.bind((listener.host, listener.port))
+            server.listen(512)
+        except OSError as exc:
+            server.close()
+            raise ConfigError("listeners", f"cannot listen on {listener.host}:{listener.port}: "
+                                           f"{exc.strerror or exc}") from None
         return server
 
     def _start_services(self) -> None:

@@ -86,3 +86,18 @@ def test_cli_reports_a_missing_config_file(tmp_path):
         capture_output=True, text=True, timeout=60)
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_cli_reports_a_taken_port_and_a_locked_log_dir(broker, tmp_path):
+    taken = subprocess.run(
+        [sys.executable, "-m", "pylog.cli.main", "broker", "--override", f"log.dirs={tmp_path}",
+         "--override", f"listeners=PLAINTEXT://{broker.bootstrap}"],
+        capture_output=True, text=True, timeout=60)
+    assert taken.returncode != 0 and "Traceback" not in taken.stderr
+    assert taken.stderr.strip().startswith("pylog broker: error: listeners: cannot listen on")
+    locked = subprocess.run(
+        [sys.executable, "-m", "pylog.cli.main", "broker", "--override",
+         f"log.dirs={broker.log_dir}", "--override", "listeners=PLAINTEXT://127.0.0.1:0"],
+        capture_output=True, text=True, timeout=60)
+    assert locked.returncode != 0 and "Traceback" not in locked.stderr
+    assert len(locked.stderr.strip().splitlines()) == 1 and "in use" in locked.stderr
