@@ -9,6 +9,7 @@ from pylog.client import (
     Admin,
     OffsetOutOfRange,
     Producer,
+    RoundRobinPartitioner,
     SimpleConsumer,
     TopicPartition,
     murmur2_partition,
@@ -175,3 +176,15 @@ def test_admin_lists_and_describes(mock_bootstrap):
         description = admin.describe_topic("described")
     assert [p.partition for p in description.partitions] == PARTITIONS
     assert all(p.leader in p.replicas and len(p.replicas) == 3 for p in description.partitions)
+
+
+def test_pluggable_partitioners(mock_bootstrap):
+    with Producer(mock_bootstrap, partitioner=lambda topic, key, partitions: partitions[-1]) as producer:
+        last = [producer.send("pluggable", b"x", key=str(i).encode()) for i in range(10)]
+    assert {f.result().partition for f in last} == {3}
+    with Producer(mock_bootstrap, partitioner=RoundRobinPartitioner()) as producer:
+        turns = [producer.send("pluggable", b"x", key=b"same") for i in range(8)]
+    assert [f.result().partition for f in turns] == [0, 1, 2, 3, 0, 1, 2, 3]
+    with Producer(mock_bootstrap, linger_ms=1000) as producer:  # sticky: one batch, one partition
+        sticky = [producer.send("pluggable", b"x") for i in range(20)]
+    assert len({f.result().partition for f in sticky}) == 1
