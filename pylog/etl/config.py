@@ -17,6 +17,7 @@ for example ``topics.page_views.format``. Layout::
         format: json                         # json (with schema) | raw
         schema: {user_id: int64, url: string, ts: timestamp}
         event_time: log_timestamp            # or field:<name> (a timestamp/int64-ms field)
+        max_event_lateness_seconds: 3600     # field event time: how far log time may differ
         partitioning: [dt, hr]               # [dt] or [dt, hr], UTC
         new_partitions: earliest             # earliest | latest | 2026-11-20T00:00:00Z
         on_retention_gap: fail               # fail | earliest
@@ -77,6 +78,9 @@ class TopicConfig:
     """(column, type) pairs for json payloads, in column order."""
     event_time_field: str | None = None
     """Payload field giving the event time; None means the log timestamp."""
+    max_event_lateness_seconds: float = 3600.0
+    """With a field event time: how far a record's log timestamp may be from its event time
+    (a backfill reads this much more log on each side of its window)."""
     partitioning: tuple[str, ...] = ("dt", "hr")
     """Hive partition columns, from the event time in UTC."""
     new_partitions: NewPartitionPolicy = NewPartitionPolicy("earliest")
@@ -182,7 +186,8 @@ def _parse_source(raw: dict) -> SourceConfig:
                                     minimum=1024, integer=True)))
 
 
-_TOPIC_KEYS = {"table", "format", "schema", "event_time", "partitioning", "new_partitions",
+_TOPIC_KEYS = {"table", "format", "schema", "event_time", "max_event_lateness_seconds",
+               "partitioning", "new_partitions",
                "on_retention_gap", "max_bad_records", "max_bad_ratio", "max_records_per_task"}
 
 
@@ -203,6 +208,8 @@ def _parse_topic(name: str, raw: dict) -> TopicConfig:
         raise ConfigError(f"{key}.on_retention_gap", f"{policy!r} is not one of fail, earliest")
     return TopicConfig(
         topic=name, table=table, format=fmt, schema=schema, event_time_field=event_field,
+        max_event_lateness_seconds=float(_number(raw.get("max_event_lateness_seconds", 3600),
+                                                 f"{key}.max_event_lateness_seconds", minimum=0)),
         partitioning=tuple(partitioning),
         new_partitions=_parse_new_partitions(raw.get("new_partitions", "earliest"), f"{key}.new_partitions"),
         on_retention_gap=policy,

@@ -55,8 +55,11 @@ def plan_backfill(run_id: str, config: TopicConfig, consumer, state: StateStore,
                   window_ms: tuple[int, int]) -> TablePlan:
     committed = state.committed_offsets(config.table)
     partitions = sorted(consumer.partitions_for(config.topic))
-    since = consumer.offsets_for_times(config.topic, {p: window_ms[0] for p in partitions})
-    until = consumer.offsets_for_times(config.topic, {p: window_ms[1] for p in partitions})
+    # Offsets are found by log time; with a payload event time, read a margin on each side
+    # (the tasks keep only rows whose event time is in the window).
+    margin = 0 if config.event_time_field is None else int(config.max_event_lateness_seconds * 1000)
+    since = consumer.offsets_for_times(config.topic, {p: window_ms[0] - margin for p in partitions})
+    until = consumer.offsets_for_times(config.topic, {p: window_ms[1] + margin for p in partitions})
     starts, ends, notes = {}, {}, []
     for partition in partitions:
         if partition not in committed:

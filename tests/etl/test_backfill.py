@@ -62,3 +62,25 @@ def test_backfill_window_exactly_once(spark, broker, tmp_path):
     run_load(config, spark, LoadRequest(run_id="s2"))
     assert_exactly_once(spark, tmp_path / "warehouse", topic, held)
     assert [a.kind for a in state.list_audits(topic)] == ["scheduled", "backfill", "scheduled"]
+
+
+def test_backfill_by_payload_event_time_includes_late_records(spark, broker, tmp_path):
+    """Rows partitioned by a payload field: records logged after the window still count."""
+    topic = "late"
+    config = write_config(tmp_path, broker.bootstrap, topic=topic, event_time="field:ts",
+                          max_event_lateness_seconds=1800)
+    values = (events(0, 20, ts="2026-11-20T07:40:00Z") + events(20, 20, ts="2026-11-20T08:30:00Z")
+              + events(40, 20, ts="2026-11-20T08:50:00Z") + events(60, 20, ts="2026-11-20T09:20:00Z"))
+    log_times = [T07 + 40 * 60_000] * 20 + [T07 + 90 * 60_000] * 20 + [T07 + 2 * HOUR + 15 * 60_000] * 20 \
+        + [T07 + 2 * HOUR + 20 * 60_000] * 20  # the 08:50 events were logged at 09:15
+    produce(broker.bootstrap, topic, values, 2, log_times)
+    run_load(config, spark, LoadRequest(run_id="s1"))
+    held = broker_records(broker.bootstrap, topic)
+    hour08 = tmp_path / "warehouse" / topic / "dt=2026-11-20" / "hr=08"
+    for path in hour08.glob("*.parquet"):
+        path.unlink()
+
+    audits = run_load(config, spark, LoadRequest(run_id="b1", since_ms=T07 + HOUR, until_ms=T07 + 2 * HOUR))
+    assert audits[-1].rows_written == 40
+    assert audits[-1].replaced_partitions == (f"{topic} dt=2026-11-20/hr=08",)
+    assert_exactly_once(spark, tmp_path / "warehouse", topic, held)
