@@ -1,5 +1,6 @@
 """Data, topics and the cluster id survive a clean restart and a SIGKILL."""
 
+import signal
 import subprocess
 
 import pytest
@@ -75,6 +76,15 @@ def test_clean_restart_keeps_data_topics_and_cluster_id(own_broker):
     assert 'topic "configured" with 3 partitions' in metadata(own_broker)
     produce(own_broker.bootstrap, "durable", 3000, 1000)
     assert sorted(consume_all(own_broker.bootstrap, "durable")) == sorted(expected(4000))
+
+
+def test_sigint_shuts_down_cleanly(own_broker):
+    produce(own_broker.bootstrap, "interrupted", 0, 200)
+    own_broker.process.signal(signal.SIGINT)
+    assert own_broker.process.process.wait(30) == 0
+    assert (own_broker.log_dir / ".clean_shutdown").exists()
+    own_broker.start()
+    assert sorted(consume_all(own_broker.bootstrap, "interrupted")) == sorted(expected(200))
 
 
 def test_sigkill_loses_nothing_acknowledged(own_broker):
