@@ -107,6 +107,9 @@ def _fetch_range(spec: TaskSpec, consumer: SimpleConsumer, gaps: list[OffsetGap]
             time.sleep(min(0.05 * empty, 1.0))
             continue
         empty = 0
+        if columns.next_offset <= offset:
+            raise LoaderError(f"topic {r.topic} partition {r.partition}: fetch at offset {offset} "
+                              f"returned batches ending at {columns.next_offset}")
         cut = bisect.bisect_left(columns.offsets, r.end)
         if cut:
             fetched.parts.append(decode_records(
