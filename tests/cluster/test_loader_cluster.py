@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import uuid
+from datetime import datetime, timezone
+
 import pytest
 
 from pylog.client import Admin
@@ -13,9 +16,10 @@ from tests.cluster.conftest import wait_until
 from tests.etl.helpers import assert_exactly_once, broker_records, events, produce, write_config
 
 
-@pytest.fixture
-def cluster(tmp_path, zk_connect):
-    local = LocalCluster(tmp_path / "brokers", zk_connect).start()
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, zookeeper):
+    connect = f"{zookeeper.connect_string}/loader-{uuid.uuid4().hex[:8]}"
+    local = LocalCluster(tmp_path_factory.mktemp("brokers"), connect).start()
     yield local
     local.close()
 
@@ -46,3 +50,33 @@ def test_loads_exactly_once_from_three_brokers_across_a_broker_crash(cluster, tm
     held = broker_records(cluster.bootstrap(), "ev")
     assert len(held) == 300
     assert_exactly_once(spark, tmp_path / "warehouse", "ev", held)
+
+
+HOUR = 3_600_000
+T07 = int(datetime(2026, 11, 20, 7, tzinfo=timezone.utc).timestamp() * 1000)
+
+
+def test_backfill_by_timestamp_through_the_cluster(cluster, tmp_path):
+    spark = local_spark()
+    with Admin(cluster.bootstrap()) as admin:
+        admin.create_topic("clicks", num_partitions=3)
+    wait_until(lambda: -1 not in cluster.leaders(2, "clicks").values(), message="leaders")
+    produce(cluster.bootstrap(), "clicks", events(0, 90), 3,
+            [T07 + i * (3 * HOUR // 90) for i in range(90)])
+    config = write_config(tmp_path, cluster.bootstrap(3), topic="clicks",
+                          max_records_per_task=20)
+    run_load(config, spark, LoadRequest(run_id="s1"))
+    state = StateStore(config.state)
+    committed = state.committed_offsets("clicks")
+    assert sum(committed.values()) == 90
+    hour08 = sorted((tmp_path / "warehouse" / "clicks" / "dt=2026-11-20" / "hr=08").glob(
+        "*.parquet"))
+    hour08[0].unlink()  # damage the window; the backfill restores it from the brokers
+
+    audits = run_load(config, spark, LoadRequest(
+        run_id="b1", since_ms=T07 + HOUR + 60_000, until_ms=T07 + 2 * HOUR - 60_000))
+    assert audits[-1].kind == "backfill"
+    assert set(audits[-1].replaced_partitions) == {"clicks dt=2026-11-20/hr=08"}
+    assert state.committed_offsets("clicks") == committed
+    assert_exactly_once(spark, tmp_path / "warehouse", "clicks",
+                        broker_records(cluster.bootstrap(), "clicks"))
