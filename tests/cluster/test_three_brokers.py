@@ -140,3 +140,20 @@ def test_auto_created_topic_is_placed_and_deletion_reaches_every_broker(cluster)
     create_topic(cluster.bootstrap(1), "auto", 2)
     wait_until(lambda: cluster.leaders(3, "auto") == {0: 1, 1: 2}, message="recreated")
     assert clients.kcat_consume(cluster.bootstrap(1), "auto", [0, 1]) == set()
+
+
+def test_a_broker_with_a_taken_id_is_refused_with_one_line(cluster, tmp_path, zk_connect):
+    from pylog.testing.broker import BrokerProcess
+
+    duplicate = BrokerProcess(tmp_path / "duplicate", {
+        "broker.id": 2, "zookeeper.connect": zk_connect, "zookeeper.session.timeout.ms": 1000})
+    try:
+        duplicate.start(timeout=60)  # it binds its port before it reaches ZooKeeper
+    except RuntimeError:
+        pass
+    wait_until(lambda: not duplicate.alive(), message="the duplicate to exit")
+    assert duplicate.stop() != 0
+    output = duplicate.log_text()
+    assert "broker.id 2 is already registered in ZooKeeper" in output
+    assert "Traceback" not in output
+    assert cluster.leaders(1, "spread") == {} and sorted(cluster.metadata(3).brokers) == [1, 2, 3]
