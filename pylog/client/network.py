@@ -103,25 +103,34 @@ class NetworkClient:
         """
         failures = []
         for host, port in self._candidate_addresses():
-            conn = self.connection(host, port)
             try:
-                with conn.lock:
-                    version = conn.version_for(api_key)
-                    return conn.request(api_key, body(version) if callable(body) else body, version)
+                return self._request(self.connection(host, port), api_key, body)
             except (NetworkExceptionError, RetriableError) as exc:
                 failures.append(str(exc))
         raise NetworkExceptionError("no broker reachable: " + "; ".join(failures))
 
     def request_to(self, broker_id: int, api_key: int,
                    body: dict[str, Any] | Callable[[int], dict]) -> dict[str, Any]:
-        conn = self.broker_connection(broker_id)
         try:
-            with conn.lock:
-                version = conn.version_for(api_key)
-                return conn.request(api_key, body(version) if callable(body) else body, version)
+            return self._request(self.broker_connection(broker_id), api_key, body)
         except NetworkExceptionError:
             self.mark_stale()
             raise
+
+    @staticmethod
+    def _request(conn: BrokerConnection, api_key: int, body: dict[str, Any] | Callable[[int], dict]) -> dict:
+        """One request; once more on a fresh socket if an idle connection turned out dead
+        (a broker closes idle connections and restarts drop them)."""
+        with conn.lock:
+            was_connected = conn.connected
+            try:
+                version = conn.version_for(api_key)
+                return conn.request(api_key, body(version) if callable(body) else body, version)
+            except NetworkExceptionError:
+                if not was_connected:
+                    raise
+            version = conn.version_for(api_key)
+            return conn.request(api_key, body(version) if callable(body) else body, version)
 
     # -- metadata ------------------------------------------------------------------
 

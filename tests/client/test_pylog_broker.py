@@ -121,14 +121,17 @@ def test_admin_topic_lifecycle(broker, admin):
 def test_client_recovers_after_broker_restart(tmp_path):
     with BrokerProcess(tmp_path / "restarting", {"num.partitions": 1}) as server:
         with Producer(server.bootstrap, retry_backoff_ms=200) as producer, \
-                SimpleConsumer(server.bootstrap, retry_backoff_ms=200) as consumer:
+                SimpleConsumer(server.bootstrap, retry_backoff_ms=200) as consumer, \
+                Admin(server.bootstrap) as admin:
             producer.send("restarts", b"before").result(timeout=30)
+            assert admin.list_topics() == ["restarts"]
             assert [r.value for r in consumer.fetch("restarts", 0, 0).records] == [b"before"]
             server.restart()
             # Both hold connections the restart killed: they must notice, refresh and reconnect.
             assert producer.send("restarts", b"after").result(timeout=30).offset == 1
             assert [r.value for r in consumer.fetch("restarts", 0, 0).records] == [b"before", b"after"]
             assert consumer.fetch_many({TopicPartition("restarts", 0): 1})[TopicPartition("restarts", 0)].next_offset == 2
+            assert admin.list_topics() == ["restarts"]  # its idle connection died too
 
 
 def test_non_retriable_broker_error_reaches_the_future(broker, admin):
