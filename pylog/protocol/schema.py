@@ -27,6 +27,7 @@ from functools import lru_cache
 from typing import Any
 
 from pylog.protocol import primitives as p
+from pylog.protocol.codegen import FIXED_FORMATS, generate
 from pylog.protocol.primitives import Reader, Writer
 
 _UNSET = object()
@@ -166,6 +167,7 @@ class _Entry:
     read: Reader
     write: Writer
     default: Any  # a value; copied before use when mutable
+    fmt: str | None = None  # struct format character of a fixed-size type
 
     def fresh_default(self):
         value = self.default
@@ -182,7 +184,8 @@ class StructCodec:
     flexible: bool
     names: tuple[str, ...] = field(default=())
 
-    def read(self, buf, offset: int) -> tuple[dict, int]:
+    def interpreted_read(self, buf, offset: int) -> tuple[dict, int]:
+        """The reference decoder; ``read`` is the generated equivalent (see codegen)."""
         value: dict = {}
         for entry in self.entries:
             value[entry.name], offset = entry.read(buf, offset)
@@ -195,7 +198,8 @@ class StructCodec:
             value[entry.name] = entry.fresh_default()
         return value, offset
 
-    def write(self, out: bytearray, value: dict) -> None:
+    def interpreted_write(self, out: bytearray, value: dict) -> None:
+        """The reference encoder; ``write`` is the generated equivalent (see codegen)."""
         get = value.get
         for entry in self.entries:
             item = get(entry.name, _UNSET)
@@ -228,6 +232,7 @@ def compile_struct(fields: tuple[F, ...], version: int, flexible: bool) -> Struc
         else:
             codec.entries.append(entry)
     codec.names = tuple(f.name for f in fields)
+    codec.read, codec.write = generate(codec)
     return codec
 
 
@@ -245,7 +250,8 @@ def _compile_field(f: F, version: int, flexible: bool) -> _Entry:
         read, write = _array(element_read, element_write, compact)
     else:
         read, write, default = _primitive(f.type, compact, nullable)
-        return _Entry(f.name, read, write, default if f.default is _UNSET else f.default)
+        return _Entry(f.name, read, write, default if f.default is _UNSET else f.default,
+                      FIXED_FORMATS.get(f.type))
     return _Entry(f.name, read, write, [] if f.default is _UNSET else f.default)
 
 
