@@ -82,6 +82,10 @@ class ZkClusterMetadata:
         try:
             self._start(BrokerRegistration(broker_id, host, port, rack))
         except BaseException:
+            self._closed = True
+            for part in ("_worker", "_lease"):
+                if hasattr(self, part):
+                    getattr(self, part).stop()
             close_client(self._client)
             raise
 
