@@ -38,7 +38,8 @@ def pylog_backfill():
 
     backfill = SparkSubmitOperator(
         task_id="backfill", application=SETTINGS.load_application, conn_id=SETTINGS.spark_conn_id,
-        name="pylog-backfill", application_args=backfill_arguments())
+        name="pylog-backfill", py_files=SETTINGS.py_files, env_vars=SETTINGS.spark_env,
+        application_args=backfill_arguments())
 
     @task(retries=0)  # a run that does not add up stays failed until someone looks
     def audit(params=None, run_id=None) -> str:

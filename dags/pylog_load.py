@@ -35,7 +35,7 @@ def pylog_load():
 
     load = SparkSubmitOperator.partial(
         task_id="load", application=SETTINGS.load_application, conn_id=SETTINGS.spark_conn_id,
-        name="pylog-load",
+        name="pylog-load", py_files=SETTINGS.py_files, env_vars=SETTINGS.spark_env,
     ).expand(application_args=plan_loads())
 
     @task(retries=0)  # a run that does not add up stays failed until someone looks

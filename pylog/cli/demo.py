@@ -1,140 +1,46 @@
-"""``pylog demo``: the partition log at work -- write, read back, crash, recover.
+"""``pylog demo``: what ``make demo`` runs.
 
-Writes records through a LogManager into a temporary log dir, reads them back and
-decodes them, looks an offset up by timestamp, then has a child process append in a
-loop until it is killed with SIGKILL, leaves half a batch at the tail as a crash in the
-middle of a write would, and reloads the dir: recovery cuts the torn tail and every flushed record is still there.
+By default the whole system end to end (see :mod:`pylog.orchestration.demo`): a broker,
+sample page views, ``airflow dags test pylog_load`` spark-submitting the loader, then the
+tables, a query and the status an analyst would look at. ``--log-only`` runs only the
+storage walk-through (see :mod:`pylog.cli.demo_log`): write, read back, SIGKILL, recover.
 """
 
 from __future__ import annotations
 
 import argparse
-import signal
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
-
-from pylog.log import LogConfig, LogManager
-from pylog.records import build_batch, decode_batch, iter_batch_headers
-from pylog.records.compression import Compression
-
-TOPIC = "demo-events"
-CONFIG = LogConfig(segment_bytes=16 * 1024, index_interval_bytes=1024)
-BASE_TS = 1_700_000_000_000
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "demo", help="demonstrate the log: write, read back, crash with SIGKILL, recover")
+        "demo", help="run the end-to-end demonstration (broker -> Airflow + Spark load -> queries)",
+        description="Start a broker, produce sample page views, load them with "
+                    "`airflow dags test pylog_load` and show the tables, a query and the status. "
+                    "Leaves nothing running; safe to run again.")
+    parser.add_argument("--workdir", type=Path, default=Path("demo-data"),
+                        help="working directory, emptied first and kept afterwards (default demo-data)")
+    parser.add_argument("--events", type=int, default=6000, help="page views to produce (default 6000)")
+    parser.add_argument("--log-only", action="store_true",
+                        help="only demonstrate the partition log: write, read back, crash, recover")
     parser.add_argument("--dir", type=Path, default=None,
-                        help="log dir to use (default: a temporary one, deleted afterwards)")
+                        help="log dir for the --log-only walk-through (implies --log-only; "
+                             "default: a temporary one, deleted afterwards)")
     parser.add_argument("--child-append-loop", type=Path, help=argparse.SUPPRESS)
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
+    from pylog.cli import demo_log
+
     if args.child_append_loop is not None:
-        return _child_append_loop(args.child_append_loop)
+        return demo_log.child_append_loop(args.child_append_loop)
     if args.dir is not None:
-        return _demo(args.dir)
-    with tempfile.TemporaryDirectory(prefix="pylog-demo-") as tmp:
-        return _demo(Path(tmp))
+        return demo_log.log_demo(args.dir)
+    if args.log_only:
+        with tempfile.TemporaryDirectory(prefix="pylog-demo-") as tmp:
+            return demo_log.log_demo(Path(tmp))
+    from pylog.orchestration.demo import run_demo
 
-
-def _records(start: int, count: int) -> list[tuple]:
-    return [(f"user-{i % 7}".encode(), f'{{"event": {i}, "amount": {i * 3 % 101}}}'.encode(), (),
-             BASE_TS + i * 1000) for i in range(start, start + count)]
-
-
-def _read_everything(log) -> list:
-    records, offset = [], log.log_start_offset
-    while (result := log.read(offset, 256 * 1024)).region is not None:
-        with result.region as region:
-            raw = region.read_bytes()
-        for position, header in iter_batch_headers(raw):
-            records += [r for r in decode_batch(raw, position).records if r.offset >= offset]
-            offset = header.next_offset
-    return records
-
-
-def _demo(log_dir: Path) -> int:
-    print(f"log dir: {log_dir}")
-    manager = LogManager([log_dir], CONFIG)
-    manager.load()
-    log = manager.get_or_create(TOPIC, 0)
-    first = log.log_end_offset
-    codecs = [Compression.NONE, Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD]
-    for n in range(40):
-        log.append(build_batch(_records(first + n * 50, 50), compression=codecs[n % len(codecs)]))
-    print(f"1. appended 2000 records in 40 batches (none/gzip/snappy/lz4/zstd) -> offsets "
-          f"{first}..{log.log_end_offset - 1} in {len(log.segments)} segments, {log.size_bytes:,} bytes")
-
-    records = _read_everything(log)
-    expected = _records(log.log_start_offset, log.log_end_offset - log.log_start_offset)
-    ok = [(r.key, r.value, r.timestamp) for r in records] == [(k, v, ts) for k, v, _, ts in expected]
-    print(f"2. read back {len(records)} records through the sparse indexes: "
-          f"{'identical to what was written' if ok else 'MISMATCH'}; e.g. offset "
-          f"{records[1234].offset}: {records[1234].value.decode()}")
-    found = log.offset_for_timestamp(BASE_TS + 1500 * 1000 + 1)
-    print(f"3. first record at or after timestamp +1500.001 s: offset {found[0]} (timestamp +{(found[1] - BASE_TS) / 1000:.0f} s)")
-    manager.close()
-
-    flushed = _crash_child(log_dir)
-    print(f"4. a child process appended in a loop and was killed with SIGKILL "
-          f"(it had reported everything below offset {flushed} flushed)")
-    torn = _leave_torn_batch(log_dir / f"{TOPIC}-0")
-    print(f"   and {torn} bytes of a half-written batch were left at the tail, as a crash mid-write would")
-
-    manager = LogManager([log_dir], CONFIG)
-    manager.load()
-    log = manager.get(TOPIC, 0)
-    records = _read_everything(log)
-    contiguous = [r.offset for r in records] == list(range(log.log_start_offset, log.log_end_offset))
-    ok = ok and contiguous and log.log_end_offset >= flushed and log.bytes_truncated == torn
-    print(f"5. reloaded without a clean-shutdown marker: recovery truncated {log.bytes_truncated} bytes; "
-          f"log end offset {log.log_end_offset}; {len(records)} records, offsets "
-          f"{'contiguous' if contiguous else 'NOT contiguous'}, every flushed record present: "
-          f"{log.log_end_offset >= flushed}")
-    manager.close()
-    print("demo OK" if ok else "demo FAILED")
-    return 0 if ok else 1
-
-
-def _crash_child(log_dir: Path) -> int:
-    child = subprocess.Popen([sys.executable, "-m", "pylog.cli.main", "demo", "--child-append-loop",
-                              str(log_dir)], stdout=subprocess.PIPE, text=True)
-    flushed = 0
-    try:
-        for _ in range(20):
-            line = child.stdout.readline()
-            if not line:
-                break
-            flushed = int(line.split()[1])
-        child.send_signal(signal.SIGKILL)
-        for line in child.stdout:
-            flushed = int(line.split()[1])
-    finally:
-        child.kill()
-        child.wait()
-    return flushed
-
-
-def _child_append_loop(log_dir: Path) -> int:
-    manager = LogManager([log_dir], CONFIG)
-    manager.load()
-    log = manager.get_or_create(TOPIC, 0)
-    while True:
-        start = log.log_end_offset
-        log.append(build_batch(_records(start, 25)))
-        if start % 100 == 0:
-            log.flush()
-            print(f"flushed {log.log_end_offset}", flush=True)
-
-
-def _leave_torn_batch(partition_dir: Path) -> int:
-    newest = max(partition_dir.glob("*.log"))
-    batch = build_batch(_records(0, 25))
-    with open(newest, "ab") as f:
-        f.write(batch[:len(batch) // 2])
-    return len(batch) // 2
+    return run_demo(args.workdir, events=args.events)

@@ -15,6 +15,8 @@ PYLOG_MAX_LAG           the audit's bound on partition lag  100000 (offsets)
 PYLOG_SPARK_CONN_ID     Airflow connection for spark-submit spark_default
 PYLOG_METASTORE_DIR     embedded Hive metastore directory   $AIRFLOW_HOME/pylog-metastore
 PYLOG_CATALOG_DATABASE  Spark catalog database of tables    pylog
+PYLOG_PY_FILES          --py-files for spark-submit         none (pylog installed on workers)
+SPARK_CONF_DIR          spark-defaults.conf of the loads    <checkout>/conf
 ======================  ==================================  ===============================
 
 The Spark master comes from the connection, for example
@@ -50,6 +52,15 @@ class DagSettings:
     """Where the embedded Hive metastore of the catalog registration lives."""
     catalog_database: str = "pylog"
     """Spark catalog database the tables are registered in."""
+    py_files: str | None = None
+    """Comma-separated --py-files for the loads (a pylog zip or wheel), when the Spark
+    workers do not have pylog installed."""
+    spark_conf_dir: str | None = None
+    """SPARK_CONF_DIR for spark-submit: its spark-defaults.conf applies to the loads."""
+
+    @property
+    def spark_env(self) -> dict[str, str] | None:
+        return {"SPARK_CONF_DIR": self.spark_conf_dir} if self.spark_conf_dir else None
 
     @property
     def load_application(self) -> str:
@@ -72,7 +83,14 @@ def from_environment(checkout: str | os.PathLike, environ: Mapping[str, str] | N
         max_lag=parse_max_lag(env.get("PYLOG_MAX_LAG", str(DEFAULT_MAX_LAG)), "PYLOG_MAX_LAG"),
         spark_conn_id=env.get("PYLOG_SPARK_CONN_ID") or "spark_default",
         metastore_dir=env.get("PYLOG_METASTORE_DIR") or os.path.join(airflow_home, "pylog-metastore"),
-        catalog_database=env.get("PYLOG_CATALOG_DATABASE") or "pylog")
+        catalog_database=env.get("PYLOG_CATALOG_DATABASE") or "pylog",
+        py_files=env.get("PYLOG_PY_FILES") or None,
+        spark_conf_dir=env.get("SPARK_CONF_DIR") or _shipped_spark_conf(root))
+
+
+def _shipped_spark_conf(root: Path) -> str | None:
+    conf = root / "conf"
+    return str(conf) if (conf / "spark-defaults.conf").exists() else None
 
 
 def parse_max_lag(value, key: str) -> int:
@@ -99,7 +117,9 @@ def at_runtime(settings: DagSettings) -> DagSettings:
         max_lag=parse_max_lag(variable("max_lag", str(settings.max_lag)), "pylog_max_lag"),
         spark_conn_id=settings.spark_conn_id,
         metastore_dir=variable("metastore_dir", settings.metastore_dir),
-        catalog_database=variable("catalog_database", settings.catalog_database))
+        catalog_database=variable("catalog_database", settings.catalog_database),
+        py_files=settings.py_files,
+        spark_conf_dir=settings.spark_conf_dir)
 
 
 def loader_config_template(settings: DagSettings) -> str:
