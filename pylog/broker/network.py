@@ -215,6 +215,9 @@ class Processor(threading.Thread):
                     conn.parked = outcome
                     self._parked.add(conn)
                     self._add_waiter(outcome.partitions, self.wakeup)
+                    # An append between the first attempt and the line above woke nobody:
+                    # attempt once more in this loop iteration so it is not missed.
+                    self._woken = True
         finally:
             # One shift of the buffer per batch of frames, not one per frame.
             del inbound[:position]
