@@ -87,7 +87,10 @@ def run_loader(bootstrap: str, topic: str, master: str, work: Path, per_task: in
     audits = run_load(config, spark, LoadRequest(run_id="bench"))
     elapsed = time.perf_counter() - started
     spark.stop()
-    assert audits[0].rows_written == audits[0].records_fetched, audits[0]
+    audit = audits[0]
+    assert audit.rows_written == audit.records_fetched, audit
+    print(f"loader: {len(audit.ranges)} tasks, {audit.task_seconds:.1f} task-seconds on {master}, "
+          f"{audit.bytes_written / 1e6:.0f} MB of Parquet", flush=True)
     return elapsed
 
 
@@ -131,7 +134,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--records", type=int, default=2_000_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--per-task", type=int, default=250_000, help="max_records_per_task")
+    parser.add_argument("--per-task", type=int, default=125_000, help="max_records_per_task")
     args, _ = parser.parse_known_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
