@@ -66,7 +66,7 @@ def write_config(tmp_path: Path, bootstrap: str, topic: str = "ev", **overrides)
     spec.update(overrides)
     raw = {"source": {"bootstrap_servers": bootstrap, "request_timeout_ms": 10000},
            "warehouse": (tmp_path / "warehouse").as_uri(), "state": (tmp_path / "state").as_uri(),
-           "lock_timeout_seconds": 30, "topics": {topic: spec}}
+           "lock_timeout_seconds": 600, "topics": {topic: spec}}
     path = tmp_path / "loader.yaml"
     path.write_text(yaml.safe_dump(raw))
     return load_config(path)

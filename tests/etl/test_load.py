@@ -95,3 +95,21 @@ def test_new_partitions_latest_then_raw_payloads(spark, mock_cluster, tmp_path):
     rows = spark.read.parquet(str(tmp_path / "warehouse" / "rawev")).collect()
     assert {(r["_partition"], r["_offset"]): bytes(r["value"]) for r in rows} == {
         (p, o): v for (_, p, o), v in new.items()}
+
+
+def test_new_run_id_finishes_a_failed_run_first(spark, mock_cluster, tmp_path):
+    """A run that failed after writing some files is finished by the next run, not duplicated."""
+    config = write_config(tmp_path, mock_cluster.bootstrap, max_records_per_task=30)
+    mock_cluster.produce("ev", events(0, 100))
+    with pytest.raises(LoaderError, match="injected failure"):
+        run_load(config, spark, LoadRequest(run_id="a1", fault="fail_later_tasks"))
+    state = StateStore(config.state)
+    assert state.pending_run("ev") == "a1" and state.count_markers("ev", "a1") == 1
+    assert any((tmp_path / "warehouse" / "ev").rglob("*.parquet"))
+
+    mock_cluster.produce("ev", events(100, 40))
+    audits = run_load(config, spark, LoadRequest(run_id="a2"))
+    assert [a.run_id for a in audits] == ["a1", "a2"]
+    assert [a.records_fetched for a in audits] == [100, 40]
+    assert state.pending_run("ev") is None
+    assert_exactly_once(spark, tmp_path / "warehouse", "ev", broker_records(mock_cluster.bootstrap, "ev"))
