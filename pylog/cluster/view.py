@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import Callable, Mapping
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from pylog.cluster import layout
@@ -32,10 +32,11 @@ from pylog.types import BrokerEndpoint
 
 log = logging.getLogger(__name__)
 
-# What changed, as passed to ``on_change``.
-BROKERS, TOPICS, ASSIGNMENT, STATE, CONFIG, CONTROLLER, DELETIONS, LEADERSHIP = (
+# What changed, as passed to ``on_change``. STALE: a read or a watch failed (connection
+# trouble); the owner should call ``refresh`` (again, until it succeeds).
+BROKERS, TOPICS, ASSIGNMENT, STATE, CONFIG, CONTROLLER, DELETIONS, STALE = (
     "brokers", "topics", "assignment", "state", "config", "controller", "deletions",
-    "leadership")
+    "stale")
 
 
 class ClusterView:
@@ -51,7 +52,9 @@ class ClusterView:
         self._assignments: dict[str, dict[int, tuple[int, ...]]] = {}
         self._configs: dict[str, dict[str, str]] = {}
         self._states: dict[str, dict[int, tuple[PartitionStateNode, int]]] = {}
-        self._watched_partitions: dict[str, set[int]] = {}
+        # Watches set: ("config"|"assignment", topic, generation) and
+        # ("state", topic, generation, partition).
+        self._watched: set[tuple] = set()
         self._controller = NO_LEADER
         self._deletions: frozenset[str] = frozenset()
         self._claim_leadership = False
@@ -114,9 +117,12 @@ class ClusterView:
         """Re-read brokers, assignments and partition states with direct reads.
 
         Used after registering under a new session, so leadership is judged from fresh
-        state rather than from what the watches last delivered before the session broke.
+        state rather than from what the watches last delivered before the session broke,
+        and after a STALE report; it also sets any watch that could not be set before.
+        Raises kazoo errors if ZooKeeper cannot be read (call again later).
         """
-        self._on_broker_ids(self._client.get_children(layout.BROKER_IDS))
+        self._on_broker_ids(self._client.get_children(layout.BROKER_IDS), strict=True)
+        self._on_topics(self._client.get_children(layout.BROKER_TOPICS), report=False)
         for topic in self._client.get_children(layout.BROKER_TOPICS):
             try:
                 data, _ = self._client.get(layout.topic_path(topic))
@@ -133,10 +139,50 @@ class ClusterView:
                 for partition, (state_data, stat) in states.items():
                     self._apply_state(topic, partition, state_data, stat.mzxid)
                 self._rebuild(topic)
+        if not self._ensure_watches(report=False):
+            raise RuntimeError("some ZooKeeper watches could not be set")
+
+    def _ensure_watches(self, report: bool = True) -> bool:
+        """Set the per-topic and per-partition watches still missing; False if one failed
+        (reported as STALE unless ``report`` is False).
+
+        A key is marked before its watch is set because setting a DataWatch runs its
+        callback at once, which may come back here.
+        """
+        with self._lock:
+            wanted = []
+            for topic, generation in self._topic_generation.items():
+                wanted += [("config", topic, generation), ("assignment", topic, generation)]
+                wanted += [("state", topic, generation, p) for p in self._assignments.get(topic, ())]
+            missing = [key for key in wanted if key not in self._watched]
+            self._watched.update(missing)
+        for key in missing:
+            try:
+                self._set_watch(key)
+            except Exception:  # noqa: BLE001 -- connection trouble: retried by refresh()
+                log.warning("could not watch %s; will retry", key[:2], exc_info=True)
+                with self._lock:
+                    self._watched.discard(key)
+                if report:
+                    self._on_change(STALE)
+                return False
+        return True
+
+    def _set_watch(self, key: tuple) -> None:
+        kind, topic, generation = key[:3]
+        if kind == "config":
+            DataWatch(self._client, layout.topic_config_path(topic),
+                      self._config_watch(topic, generation))
+        elif kind == "assignment":
+            DataWatch(self._client, layout.topic_path(topic),
+                      self._assignment_watch(topic, generation))
+        else:
+            DataWatch(self._client, layout.partition_state_path(topic, key[3]),
+                      self._state_watch(topic, key[3], generation))
 
     # -- watch callbacks (kazoo's callback thread) -------------------------------------
 
-    def _on_broker_ids(self, children: list[str]) -> None:
+    def _on_broker_ids(self, children: list[str], strict: bool = False) -> None:
         brokers = []
         for child in children:
             try:
@@ -146,32 +192,29 @@ class ClusterView:
                 continue
             except (ValueError, KeyError, TypeError):
                 log.warning("ignoring unreadable broker registration %s", child)
+            except KazooException:
+                if strict:
+                    raise
+                log.warning("could not read broker %s; will retry", child, exc_info=True)
+                self._on_change(STALE)
+                return
         with self._lock:
             self._brokers = sorted(brokers, key=lambda b: b.broker_id)
         self._on_change(BROKERS)
 
-    def _on_topics(self, children: list[str]) -> None:
+    def _on_topics(self, children: list[str], report: bool = True) -> None:
         with self._lock:
             current = set(children)
             for gone in set(self._topic_generation) - current:
                 del self._topic_generation[gone]
-                for table in (self._assignments, self._configs, self._states,
-                              self._watched_partitions):
+                for table in (self._assignments, self._configs, self._states):
                     table.pop(gone, None)
+                self._watched = {key for key in self._watched if key[1] != gone}
                 self._snapshot = {k: v for k, v in self._snapshot.items() if k != gone}
-            new_topics = sorted(current - set(self._topic_generation))
-            for topic in new_topics:
+            for topic in sorted(current - set(self._topic_generation)):
                 self._generation += 1
                 self._topic_generation[topic] = self._generation
-                self._watched_partitions[topic] = set()
-        for topic in new_topics:
-            generation = self._topic_generation.get(topic)
-            if generation is None:
-                continue
-            DataWatch(self._client, layout.topic_config_path(topic),
-                      self._config_watch(topic, generation))
-            DataWatch(self._client, layout.topic_path(topic),
-                      self._assignment_watch(topic, generation))
+        self._ensure_watches(report)
         self._on_change(TOPICS)
 
     def _current(self, topic: str, generation: int) -> bool:
@@ -181,7 +224,6 @@ class ClusterView:
         def watch(data, stat, event=None):
             if not self._current(topic, generation):
                 return False
-            new_partitions = []
             with self._lock:
                 if data is None:
                     self._assignments.pop(topic, None)
@@ -191,13 +233,8 @@ class ClusterView:
                     except (ValueError, KeyError, TypeError, AttributeError):
                         log.warning("ignoring unreadable assignment of topic %s", topic)
                         return None
-                    watched = self._watched_partitions.setdefault(topic, set())
-                    new_partitions = sorted(set(self._assignments[topic]) - watched)
-                    watched.update(new_partitions)
                 self._rebuild(topic)
-            for partition in new_partitions:
-                DataWatch(self._client, layout.partition_state_path(topic, partition),
-                          self._state_watch(topic, partition, generation))
+            self._ensure_watches()
             self._on_change(ASSIGNMENT)
             return None
         return watch

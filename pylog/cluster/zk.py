@@ -106,6 +106,7 @@ class ZkClusterMetadata:
             # "notify" first, so listeners see the hidden leadership before it comes back.
             ("notify", self._notify),
             ("session", self._recover_session),
+            ("refresh", self._view.refresh),
             ("elect", self._elect),
             ("reconcile", self._controller.reconcile),
         ])
@@ -228,6 +229,9 @@ class ZkClusterMetadata:
 
     def _on_view_change(self, kind: str) -> None:
         if self._closed:
+            return
+        if kind == view_events.STALE:
+            self._worker.request("refresh")
             return
         if kind in _CONTROLLER_EVENTS and self._controller.active:
             self._worker.request("reconcile")
