@@ -49,7 +49,14 @@ def test_killed_load_then_rerun(spark, mock_cluster, tmp_path, fault):
     with pytest.raises(TableLockedError, match="crash-1"):  # its lock is still fresh
         run_load(config, spark, LoadRequest(run_id="someone-else"))
 
-    audits = run_load(config, spark, LoadRequest(run_id="crash-1"))
+    if fault == "after_plan":  # one rerun through the whole wrapper, as an operator would
+        rerun = pylog_load(config.path, "crash-1", "")
+        assert rerun.returncode == 0, rerun.stderr[-3000:]
+        summary = [line.split() for line in rerun.stdout.splitlines() if line.startswith("ev ")]
+        assert ["ev", "total"] == summary[-1][:2] and summary[-1][-3:] == ["400", "400", "0"]
+        audits = state.list_audits("ev")
+    else:
+        audits = run_load(config, spark, LoadRequest(run_id="crash-1"))
     assert audits[0].records_fetched == 400 and audits[0].rows_written == 400
     assert sum(state.committed_offsets("ev").values()) == 400
     assert_exactly_once(spark, tmp_path / "warehouse", "ev", held)
