@@ -200,7 +200,8 @@ class ZkClusterMetadata:
             self._client.create(layout.delete_topic_path(name))
         except NodeExistsError:
             pass
-        self._wait_for(lambda: self._view.topic(name) is None)
+        self._wait_for(lambda: self._view.topic(name) is None
+                       and not self._view.marked_for_deletion(name))
 
     def add_listener(self, callback: Callable[[], None]) -> None:
         self._listeners.append(callback)
