@@ -13,7 +13,6 @@ import bisect
 import time
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -145,9 +144,9 @@ def _combine(spec: TaskSpec, parts: list[DecodedRows]) -> tuple[pa.Table, pa.Arr
         event_ms, quarantine = pa.array([], pa.int64()), QUARANTINE_SCHEMA.empty_table()
     if spec.window_ms is not None:
         keep = in_window(event_ms, spec.window_ms)
-        rows, event_ms = rows.filter(pa.array(keep)), pa.array(np.asarray(event_ms)[keep])
+        rows, event_ms = rows.filter(keep), event_ms.filter(keep)
         q_ms = pc.cast(quarantine.column("_timestamp"), pa.int64()).combine_chunks()
-        quarantine = quarantine.filter(pa.array(in_window(q_ms, spec.window_ms)))
+        quarantine = quarantine.filter(in_window(q_ms, spec.window_ms))
     return rows, event_ms, quarantine
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pylog.etl.fs import Storage
@@ -38,11 +38,12 @@ def write_partitioned(storage: Storage, root: str, rows: pa.Table, event_ms: pa.
     if rows.num_rows == 0:
         return []
     width = bucket_ms(partitioning)
-    buckets = np.asarray(event_ms.to_numpy(zero_copy_only=False), dtype=np.int64) // width * width
+    # Integer division truncates toward zero; event times before 1970 are not expected.
+    buckets = pc.multiply(pc.divide(pc.cast(event_ms, pa.int64()), width), width)
     written = []
-    for bucket in np.unique(buckets):
-        indexes = np.flatnonzero(buckets == bucket)
-        part = rows if len(indexes) == rows.num_rows else rows.take(pa.array(indexes))
+    for bucket in sorted(pc.unique(buckets).to_pylist()):
+        mask = pc.equal(buckets, bucket)
+        part = rows if pc.all(mask).as_py() else rows.filter(mask)
         parts = partition_parts(int(bucket), partitioning)
         path = data_file(storage, root, parts, task_range)
         data = parquet_bytes(part)
@@ -51,7 +52,7 @@ def write_partitioned(storage: Storage, root: str, rows: pa.Table, event_ms: pa.
     return written
 
 
-def in_window(event_ms: pa.Array, window_ms: tuple[int, int]) -> np.ndarray:
+def in_window(event_ms: pa.Array, window_ms: tuple[int, int]) -> pa.BooleanArray:
     """Boolean mask of event times inside ``[since, until)``."""
-    values = np.asarray(event_ms.to_numpy(zero_copy_only=False), dtype=np.int64)
-    return (values >= window_ms[0]) & (values < window_ms[1])
+    values = pc.cast(event_ms, pa.int64())
+    return pc.and_(pc.greater_equal(values, window_ms[0]), pc.less(values, window_ms[1]))
