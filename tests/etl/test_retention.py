@@ -58,3 +58,26 @@ def test_retention_gap_fail_then_earliest(spark, broker, tmp_path):
     held = broker_records(broker.bootstrap, topic)
     assert audits[-1].records_fetched == len(held) == 630 - log_start
     assert_exactly_once(spark, tmp_path / "warehouse", topic, set(first) | set(held))
+
+
+def test_records_deleted_after_planning_are_handled_by_the_task(broker, tmp_path):
+    """A planned range whose start retention deleted before its task ran."""
+    from pylog.etl.model import TaskRange
+    from pylog.etl.task import TaskSpec, run_task
+
+    topic = "trimmed-late"
+    produce(broker.bootstrap, topic, events(0, 600), 1, flush_every=20)
+    log_start = wait_for_log_start_past(broker.bootstrap, topic, 0)
+    planned = TaskRange(topic, 0, 0, 600)
+
+    def spec(config, run_id):
+        return TaskSpec(run_id, "scheduled", 0, planned, config.topic(topic), config.source,
+                        config.warehouse, config.state)
+
+    strict = write_config(tmp_path, broker.bootstrap, topic=topic)
+    with pytest.raises(RetentionGapError, match=rf"partition 0: records \[0, {log_start}\)"):
+        run_task(spec(strict, "t1"))
+    lenient = write_config(tmp_path, broker.bootstrap, topic=topic, on_retention_gap="earliest")
+    marker = run_task(spec(lenient, "t2"))
+    assert [(g.start, g.end) for g in marker.gaps] == [(0, log_start)]
+    assert marker.records_fetched == marker.rows_written == 600 - log_start
