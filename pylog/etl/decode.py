@@ -66,9 +66,8 @@ def decode_records(config: TopicConfig, partition: int, offsets: list[int], time
         "_timestamp": pa.array(timestamps, pa.int64()).cast(TIMESTAMP),
         "_key": pa.array(keys, pa.binary()),
     })
-    raw_values = pa.array(values, pa.binary())
     if config.format == "raw":
-        rows = pa.Table.from_arrays([raw_values] + meta.columns, schema=table_schema(config))
+        rows = pa.Table.from_arrays([pa.array(values, pa.binary())] + meta.columns, schema=table_schema(config))
         return DecodedRows(rows, pa.array(timestamps, pa.int64()), QUARANTINE_SCHEMA.empty_table())
     payload, bad = parse_json_values(values, payload_schema(config))
     good = _without(len(values), bad)
@@ -81,13 +80,16 @@ def decode_records(config: TopicConfig, partition: int, offsets: list[int], time
                             for i in missing])
         keep = [i for i in range(rows.num_rows) if i not in missing_set]
         rows, event_ms = rows.take(keep), event_ms.take(keep)
-    return DecodedRows(rows, event_ms, _quarantine_rows(meta, raw_values, bad))
+    return DecodedRows(rows, event_ms, _quarantine_rows(meta, values, bad))
 
 
 def parse_json_values(values: list, schema: pa.Schema) -> tuple[pa.Table, list[tuple[int, str]]]:
     """Parse JSON objects; returns (rows of the good ones, [(index, error)] of the bad ones)."""
-    bad = [(i, "empty value") for i, value in enumerate(values) if not value]
-    candidates = list(range(len(values))) if not bad else [i for i, v in enumerate(values) if v]
+    if all(values):  # the common case, checked at C speed
+        bad, candidates = [], list(range(len(values)))
+    else:
+        bad = [(i, "empty value") for i, value in enumerate(values) if not value]
+        candidates = [i for i, value in enumerate(values) if value]
     parts: list[pa.Table] = []
     _parse_range(values, candidates, schema, parts, bad)
     table = pa.concat_tables(parts) if parts else schema.empty_table()
@@ -147,11 +149,12 @@ def _without(count: int, bad: list[tuple[int, str]]) -> list[int]:
     return [i for i in range(count) if i not in skip]
 
 
-def _quarantine_rows(meta: pa.Table, raw_values: pa.Array, bad: list[tuple[int, str]]) -> pa.Table:
+def _quarantine_rows(meta: pa.Table, values: list, bad: list[tuple[int, str]]) -> pa.Table:
     if not bad:
         return QUARANTINE_SCHEMA.empty_table()
     indexes = [i for i, _ in bad]
     picked = meta.take(indexes)
+    raw = pa.array([values[i] for i in indexes], pa.binary())
     return pa.Table.from_arrays(
-        picked.columns + [raw_values.take(indexes), pa.array([e for _, e in bad], pa.string())],
+        picked.columns + [raw, pa.array([e for _, e in bad], pa.string())],
         schema=QUARANTINE_SCHEMA)
