@@ -46,6 +46,9 @@ class Controller:
         self.epoch = 0
         self._epoch_version = -1
         self._session_id: int | None = None
+        # Partition states as this controller last read or wrote them, with their node
+        # versions: while it is controller nobody else writes them.
+        self._states: dict[tuple[str, int, int], tuple[PartitionStateNode, int]] = {}
 
     def elect(self) -> bool:
         """Become controller if nobody is. True if this broker is the controller."""
@@ -68,6 +71,7 @@ class Controller:
                     return True
                 break
         self._increment_epoch()
+        self._states.clear()  # a predecessor may have written since we last looked
         self._session_id = session_id
         self.active = True
         log.info("broker %d is controller with epoch %d", self.broker_id, self.epoch)
@@ -105,34 +109,50 @@ class Controller:
         for topic in self._client.get_children(layout.DELETE_TOPICS):
             self._delete_topic(topic)
         live = {int(child) for child in self._client.get_children(layout.BROKER_IDS)}
+        seen = set()
         for topic in self._client.get_children(layout.BROKER_TOPICS):
             try:
-                data, _ = self._client.get(layout.topic_path(topic))
+                data, stat = self._client.get(layout.topic_path(topic))
             except NoNodeError:
                 continue
             for partition, replicas in sorted(layout.decode_assignment(data).items()):
-                self._elect_leader(topic, partition, replicas, live)
+                key = (topic, partition, stat.czxid)
+                seen.add(key)
+                self._elect_leader(key, replicas, live)
+        self._states = {key: value for key, value in self._states.items() if key in seen}
 
-    def _elect_leader(self, topic: str, partition: int, replicas: tuple[int, ...],
+    def _elect_leader(self, key: tuple[str, int, int], replicas: tuple[int, ...],
                       live: set[int]) -> None:
+        """Write the partition's state if its leader should change.
+
+        ``key`` is (topic, partition, czxid of the topic node): a topic deleted and created
+        again under the same name has a new czxid, so nothing cached about the old one is
+        used for the new one.
+        """
+        topic, partition, _ = key
         preferred = replicas[0]
         leader = preferred if preferred in live else NO_LEADER
         path = layout.partition_state_path(topic, partition)
-        try:
-            data, stat = self._client.get(path)
-        except NoNodeError:
-            if self._ensure_partition_node(topic, partition):
-                state = PartitionStateNode(leader, 0, (preferred,), self.epoch)
-                self._commit_guarded(lambda txn: txn.create(path, state.encode()))
-            return
-        current = PartitionStateNode.decode(data)
+        if key not in self._states:
+            try:
+                data, stat = self._client.get(path)
+                self._states[key] = (PartitionStateNode.decode(data), stat.version)
+            except NoNodeError:
+                if self._ensure_partition_node(topic, partition):
+                    state = PartitionStateNode(leader, 0, (preferred,), self.epoch)
+                    self._commit_guarded(key, lambda txn: txn.create(path, state.encode()))
+                    self._states[key] = (state, 0)
+                return
+        current, version = self._states[key]
         if current.leader == leader:
             return
         isr = (leader,) if leader != NO_LEADER else (current.isr or (preferred,))
         state = PartitionStateNode(leader, current.leader_epoch + 1, isr, self.epoch)
         log.info("controller %d: %s-%d leader %d -> %d (leader epoch %d)", self.broker_id,
                  topic, partition, current.leader, leader, state.leader_epoch)
-        self._commit_guarded(lambda txn: txn.set_data(path, state.encode(), version=stat.version))
+        written = self._commit_guarded(
+            key, lambda txn: txn.set_data(path, state.encode(), version=version))
+        self._states[key] = (state, written.version)
 
     def _ensure_partition_node(self, topic: str, partition: int) -> bool:
         """Create ``.../partitions/<p>`` under an existing topic; False if the topic is gone."""
@@ -145,19 +165,25 @@ class Controller:
                 return False
         return True
 
-    def _commit_guarded(self, add_operation) -> None:
-        """Run one write in a transaction that also checks we are still controller."""
+    def _commit_guarded(self, key: tuple, add_operation):
+        """Run one write in a transaction that also checks we are still controller.
+
+        Returns the write's result. On failure the cached state of ``key`` is dropped,
+        so the next pass reads it again.
+        """
         txn = self._client.transaction()
         txn.check(layout.CONTROLLER_EPOCH, self._epoch_version)
         add_operation(txn)
         check_result, write_result = txn.commit()
         if isinstance(check_result, BadVersionError):
             self.active = False
+            self._states.clear()
             raise ControllerMovedError(f"broker {self.broker_id} is no longer controller "
                                        f"(epoch {self.epoch} was superseded)")
         if isinstance(write_result, Exception):
-            # Someone changed the node between our read and write: the next pass re-reads.
+            self._states.pop(key, None)
             raise write_result
+        return write_result
 
     def _delete_topic(self, topic: str) -> None:
         for path in (layout.topic_path(topic), layout.topic_config_path(topic)):

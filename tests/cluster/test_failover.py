@@ -87,7 +87,8 @@ def test_expired_session_hides_leadership_until_registered_again(start_broker, z
                message="leadership back after re-registration")
     hidden = seen.index(NO_LEADER)
     assert 2 in seen[hidden:]
-    assert partition_states(brokers[1], "expiry")[1].leader == 2
+    wait_until(lambda: partition_states(brokers[1], "expiry")[1].leader == 2,
+               message="the other broker to see the leadership back")
 
 
 def test_controller_session_expiry_hands_control_on(start_broker, zk_client, zk_connect):
