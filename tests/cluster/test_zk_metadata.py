@@ -128,6 +128,8 @@ def test_delete_topic_removes_it_everywhere(start_broker, zk_client):
         first.delete_topic("doomed")
     recreated = first.create_topic("doomed", 1)
     assert list(recreated.partitions) == [0]
+    assert recreated.partitions[0].leader == recreated.partitions[0].replicas[0]
+    assert zk_client.exists("/brokers/topics/doomed/partitions/0/state") is not None
 
 
 def test_restart_waits_for_the_registration_of_its_crashed_predecessor(start_broker, zk_connect,
