@@ -36,7 +36,11 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class LoadRequest:
-    """What to load: a scheduled load, or a backfill when ``since_ms`` is set."""
+    """What to load: a scheduled load, or a backfill when ``since_ms`` is set.
+
+    ``run_id`` defaults to ``<kind>-<UTC time>-<random>``; ``topics`` to all configured;
+    ``until_ms`` (backfill) to now; ``fault`` is the test-only PYLOG_FAULT point.
+    """
 
     run_id: str | None = None
     topics: tuple[str, ...] | None = None
@@ -55,7 +59,20 @@ def new_run_id(kind: str, now: float | None = None) -> str:
 
 
 def run_load(config: LoaderConfig, spark, request: LoadRequest) -> list[AuditEntry]:
-    """Run (or finish) a load; returns the audit entries of the tables it committed."""
+    """Run (or finish) a load; returns the audit entries of the tables it committed.
+
+    ``spark`` is a SparkSession (its master decides where the map tasks run) or None to
+    run the tasks in this process. Tables are loaded one after the other, each under its
+    lock. Rerunning a run id reuses its plan; a committed run id returns its audit again.
+
+    >>> config = load_config("conf/loader.yaml")
+    >>> run_load(config, spark, LoadRequest(run_id="2026-11-22T10"))              # scheduled
+    >>> run_load(config, spark, LoadRequest(since_ms=parse_timestamp_ms("2026-11-20T00:00Z")))
+
+    Raises ConfigError (unknown topic), TableLockedError (another live run holds a table),
+    RetentionGapError (policy ``fail``), BadRecordThresholdError, or LoaderError (map tasks
+    failed: rerun the same run id). Nothing is committed for a table whose run raised.
+    """
     run_id = request.run_id or new_run_id(request.kind)
     state = StateStore(config.state)
     warehouse = Storage.from_uri(config.warehouse)
