@@ -14,8 +14,9 @@ Delivery is at least once: a record counts as processed only when the applicatio
 back for more (the next iteration step, ``poll`` or ``commit``), and only processed
 offsets are committed. After a crash, the partition's next owner starts from the last
 commit and may see some records again, never skip one. A consumer whose ZooKeeper
-connection is suspended stops handing out records; once its session is lost it owns
-nothing until it has rejoined under a new session.
+connection is suspended, or whose session lease (``pylog.cluster.lease``) has run out
+after a pause, stops handing out records; once its session is lost it owns nothing until
+it has rejoined under a new session.
 
 The log layout of the group's nodes is in ``pylog.cluster.consumer_group``.
 """
@@ -38,6 +39,7 @@ from pylog.client.consumer import SimpleConsumer
 from pylog.client.results import OffsetOutOfRange
 from pylog.cluster import layout
 from pylog.cluster.consumer_group import GroupStore, Subscription, range_assign
+from pylog.cluster.lease import SessionLease
 from pylog.cluster.registry import registered_brokers
 from pylog.cluster.session import close_client, connect_client
 from pylog.cluster.worker import CoalescingWorker
@@ -130,11 +132,14 @@ class ZkConsumer:
         self._closed = False
         self._next_commit = clock() + self._commit_interval
         self._bootstrap = bootstrap_servers
+        self._session_timeout = session_timeout_ms / 1000
         self._client = connect_client(zookeeper_connect, session_timeout_ms / 1000,
                                       session_timeout_ms / 1000 + 10)
         try:
             self._join()
         except BaseException:
+            if hasattr(self, "_lease"):
+                self._lease.stop()
             close_client(self._client)
             raise
 
@@ -144,7 +149,12 @@ class ZkConsumer:
         self._fetcher = SimpleConsumer(self._bootstrap_servers(), client_id=self.consumer_id,
                                        retries=1, retry_backoff_ms=50)
         self._store.ensure_paths()
+        self._lease = SessionLease(self._client, self._session_timeout,
+                                   f"zk-consumer-lease-{self.group_id}", self._clock)
+        started_at = self._clock()
         self._store.register(self.consumer_id, self.subscription, int(time.time() * 1000))
+        self._lease.renewed(started_at)
+        self._lease.start()
         self._session_id = self._client.client_id[0]
         self._worker = CoalescingWorker(f"zk-consumer-{self.group_id}", [
             ("rejoin", self._rejoin), ("rebalance", self._rebalance)],
@@ -166,18 +176,25 @@ class ZkConsumer:
                         self._clock() - idle_since >= self._consumer_timeout:
                     return
                 continue
-            records, claims = delivery.records, self._claims
-            for tp, claim, start, end in delivery.spans:
-                for index in range(start, end):
-                    if self._closed:
-                        return
-                    if claims.get(tp) != claim:
-                        break  # the partition moved to another consumer meanwhile
-                    delivery.done = index
-                    yield records[index]
-                    self._maybe_auto_commit()
-                delivery.done = end
+            yield from self._hand_out(delivery)
             idle_since = self._clock()
+
+    def _hand_out(self, delivery: "_Delivery") -> Iterator[ConsumedRecord]:
+        records, claims, lease = delivery.records, self._claims, self._lease
+        for tp, claim, start, end in delivery.spans:
+            for index in range(start, end):
+                if self._closed:
+                    return
+                if claims.get(tp) != claim:
+                    break  # the partition moved to another consumer meanwhile
+                if not lease.valid():
+                    # Maybe no longer the owner: hand out nothing more, fetch it again later.
+                    self._rewind(delivery, index)
+                    return
+                delivery.done = index
+                yield records[index]
+                self._maybe_auto_commit()
+            delivery.done = end
 
     def poll(self, timeout: float = 1.0) -> list[ConsumedRecord]:
         """The next records (maybe none after ``timeout`` seconds).
@@ -220,6 +237,7 @@ class ZkConsumer:
         self._closed = True
         self._client.remove_listener(self._on_session_state)
         self._worker.stop()
+        self._lease.stop()
         close_client(self._client)
         self._fetcher.close()
 
@@ -237,7 +255,7 @@ class ZkConsumer:
         while not self._closed:
             self._maybe_auto_commit()
             with self._lock:
-                wanted = {} if self._paused else dict(self._positions)
+                wanted = {} if self._paused or not self._lease.valid() else dict(self._positions)
             offsets = self._resolve_positions(wanted)
             if offsets:
                 delivery = self._fetch(offsets)
@@ -317,6 +335,14 @@ class ZkConsumer:
                 self._positions[tp] = max(offsets[tp], columns.next_offset)
         return _Delivery(records, spans)
 
+    def _rewind(self, delivery: "_Delivery", index: int) -> None:
+        """Fetch again from ``records[index]`` on, for partitions still held by their claim."""
+        with self._lock:
+            delivery.done = index
+            for tp, claim, start, end in delivery.spans:
+                if end > index and self._claims.get(tp) == claim:
+                    self._positions[tp] = delivery.records[max(start, index)].offset
+
     def _fold_processed(self) -> None:
         with self._lock:
             self._delivery.fold(self._claims, self._processed)
@@ -355,7 +381,9 @@ class ZkConsumer:
             elif state == KazooState.SUSPENDED:
                 self._paused = True
             else:  # LOST: our ids and owners nodes are gone; others may own our share now
-                self._owned, self._positions, self._claims = frozenset(), {}, {}
+                self._owned = frozenset()
+                self._positions.clear()
+                self._claims.clear()
             self._lock.notify_all()
 
     def _rejoin(self) -> None:
