@@ -107,9 +107,12 @@ def spark_environment(config_path: str) -> dict[str, str]:
 
 
 def run(args) -> int:
+    from pylog.etl.cli_args import request_from_args
     from pylog.etl.config import load_config
 
-    load_config(args.config)  # a bad config fails here, before Spark starts
+    config = load_config(args.config)  # bad config or arguments fail here, before Spark starts
+    request = request_from_args(args)
+    config.select(list(request.topics) if request.topics else None)
     spark_submit = find_spark_submit(args.spark_submit)
     with tempfile.TemporaryDirectory(prefix="pylog-load-") as scratch:
         directory = Path(scratch)

@@ -70,3 +70,10 @@ def test_pylog_load_reports_a_bad_config_in_one_line(tmp_path):
                             capture_output=True, text=True, timeout=60, env=spark_env())
     assert result.returncode == 1
     assert result.stderr.strip() == "pylog load: error: topics.ev.format: 'xml' is not one of json, raw"
+    good = REPO / "conf" / "loader.yaml"
+    for extra, message in ((["--since", "yesterday"], "--since: 'yesterday' is not an ISO-8601 time"),
+                           (["--topics", "nope"], "topics: no topic 'nope' in the configuration")):
+        result = subprocess.run([sys.executable, "-m", "pylog.cli.main", "load", "--config", str(good), *extra],
+                                capture_output=True, text=True, timeout=60, env=spark_env())
+        assert result.returncode == 1 and result.stderr.startswith(f"pylog load: error: {message}")
+        assert len(result.stderr.strip().splitlines()) == 1
