@@ -124,7 +124,10 @@ def consume_rate(bootstrap: str, topic: str, records: int) -> float:
     got = size = 0
     start = time.perf_counter()
     while got < records:
-        for message in consumer.consume(num_messages=10000, timeout=10):
+        messages = consumer.consume(num_messages=10000, timeout=30)
+        if not messages:
+            raise RuntimeError(f"consumer stalled after {got} of {records} records")
+        for message in messages:
             if message.error() is None:
                 got += 1
                 size += len(message.value())
