@@ -1,24 +1,15 @@
 """ZkConsumer: the seeds' high-level consumer, its group coordinated through ZooKeeper.
 
-Members register under ``/consumers/<group>/ids`` and watch the group's members, the
-brokers and the topics. Any change triggers a rebalance on a background thread:
-
-1. compute the range assignment (``pylog.cluster.consumer_group.range_assign``);
-2. commit the offsets of the partitions that move away and release their ``owners``
-   nodes first (partitions that stay keep their position);
-3. claim the rest of the new share ephemerally under ``owners``; if a previous owner has not released
-   a partition yet, release what was claimed, back off and start the rebalance again;
-4. read the start offsets from ``offsets`` (earliest or latest for a new group).
+Group membership, rebalancing and ownership are ``pylog.cluster.group_member``; this
+module fetches the owned partitions and hands their records to the application.
 
 Delivery is at least once: a record counts as processed only when the application comes
 back for more (the next iteration step, ``poll`` or ``commit``), and only processed
-offsets are committed. After a crash, the partition's next owner starts from the last
-commit and may see some records again, never skip one. A consumer whose ZooKeeper
-connection is suspended, or whose session lease (``pylog.cluster.lease``) has run out
-after a pause, stops handing out records; once its session is lost it owns nothing until
-it has rejoined under a new session.
-
-The log layout of the group's nodes is in ``pylog.cluster.consumer_group``.
+offsets are committed (periodically, on ``commit()`` and before a partition moves away).
+After a crash, the partition's next owner starts from the last commit and may see some
+records again, never skip one. A consumer whose ZooKeeper connection is suspended, or
+whose session lease has run out after a pause, stops handing out records; records it
+fetched but did not hand out are fetched again later.
 """
 
 from __future__ import annotations
@@ -30,20 +21,16 @@ import time
 import uuid
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Callable, Iterable, Iterator
-
-from kazoo.client import KazooState
-from kazoo.recipe.watchers import ChildrenWatch
+from types import SimpleNamespace
+from typing import Callable, Iterable, Iterator, Mapping
 
 from pylog.client.consumer import SimpleConsumer
 from pylog.client.results import OffsetOutOfRange
-from pylog.cluster import layout
-from pylog.cluster.consumer_group import GroupStore, Subscription, range_assign
-from pylog.cluster.lease import SessionLease
+from pylog.cluster.consumer_group import Subscription
+from pylog.cluster.group_member import GroupMember
 from pylog.cluster.registry import registered_brokers
 from pylog.cluster.session import close_client, connect_client
-from pylog.cluster.worker import CoalescingWorker
-from pylog.errors import ConfigError, PylogError, RetriableError
+from pylog.errors import ConfigError, PylogError
 from pylog.records import decode_columns
 from pylog.records.record import Headers
 from pylog.types import TopicPartition
@@ -60,10 +47,6 @@ class ConsumedRecord:
     key: bytes | None
     value: bytes | None
     headers: Headers = ()
-
-
-class RebalanceFailedError(RetriableError):
-    """Partitions stayed owned by other consumers through every rebalance attempt."""
 
 
 class ZkConsumer:
@@ -114,8 +97,6 @@ class ZkConsumer:
         self._reset = auto_offset_reset
         self._auto_commit = auto_commit
         self._commit_interval = auto_commit_interval_ms / 1000
-        self._rebalance_retries = rebalance_max_retries
-        self._rebalance_backoff = rebalance_backoff_ms / 1000
         self._fetch_max_bytes = fetch_max_bytes
         self._fetch_max_wait_ms = fetch_max_wait_ms
         self._consumer_timeout = None if consumer_timeout_ms is None else consumer_timeout_ms / 1000
@@ -123,7 +104,6 @@ class ZkConsumer:
         self._lock = threading.Condition()
         self._claim_counter = 0
         self._claims: dict[TopicPartition, int] = {}
-        self._owned: frozenset[TopicPartition] = frozenset()
         self._positions: dict[TopicPartition, int | None] = {}
         self._processed: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}
@@ -132,37 +112,24 @@ class ZkConsumer:
         self._closed = False
         self._next_commit = clock() + self._commit_interval
         self._bootstrap = bootstrap_servers
-        self._session_timeout = session_timeout_ms / 1000
         self._client = connect_client(zookeeper_connect, session_timeout_ms / 1000,
                                       session_timeout_ms / 1000 + 10)
+        # The member calls back through the Ownership protocol.
+        ownership = SimpleNamespace(release=self._on_release, claimed=self._on_claimed,
+                                    lost=self._on_lost, paused=self._on_paused)
+        self._member = GroupMember(
+            self._client, group_id, self.consumer_id, self.subscription, ownership,
+            session_timeout=session_timeout_ms / 1000, commit_on_release=auto_commit,
+            rebalance_max_retries=rebalance_max_retries,
+            rebalance_backoff=rebalance_backoff_ms / 1000, clock=clock, sleep=sleep)
         try:
-            self._join()
+            self._fetcher = SimpleConsumer(self._bootstrap_servers(), client_id=self.consumer_id,
+                                           retries=1, retry_backoff_ms=50)
+            self._member.join()
         except BaseException:
-            if hasattr(self, "_lease"):
-                self._lease.stop()
+            self._member.leave()
             close_client(self._client)
             raise
-
-    def _join(self) -> None:
-        """Register in the group, watch what triggers rebalances, start the worker."""
-        self._store = GroupStore(self._client, self.group_id)
-        self._fetcher = SimpleConsumer(self._bootstrap_servers(), client_id=self.consumer_id,
-                                       retries=1, retry_backoff_ms=50)
-        self._store.ensure_paths()
-        self._lease = SessionLease(self._client, self._session_timeout,
-                                   f"zk-consumer-lease-{self.group_id}", self._clock)
-        started_at = self._clock()
-        self._store.register(self.consumer_id, self.subscription, int(time.time() * 1000))
-        self._lease.renewed(started_at)
-        self._lease.start()
-        self._session_id = self._client.client_id[0]
-        self._worker = CoalescingWorker(f"zk-consumer-{self.group_id}", [
-            ("rejoin", self._rejoin), ("rebalance", self._rebalance)],
-            retry_delay=self._rebalance_backoff).start()
-        for path in (self._store.ids_path, layout.BROKER_IDS, layout.BROKER_TOPICS):
-            self._client.ensure_path(path)
-            ChildrenWatch(self._client, path, self._on_children)
-        self._client.add_listener(self._on_session_state)
 
     # -- the application's side ---------------------------------------------------------
 
@@ -180,7 +147,7 @@ class ZkConsumer:
             idle_since = self._clock()
 
     def _hand_out(self, delivery: "_Delivery") -> Iterator[ConsumedRecord]:
-        records, claims, lease = delivery.records, self._claims, self._lease
+        records, claims, lease = delivery.records, self._claims, self._member.lease
         for tp, claim, start, end in delivery.spans:
             for index in range(start, end):
                 if self._closed:
@@ -209,21 +176,22 @@ class ZkConsumer:
     def commit(self) -> None:
         """Commit the processed offsets of the owned partitions to ZooKeeper now."""
         self._fold_processed()
+        owned = self._member.owned
         with self._lock:
             offsets = {tp: offset for tp, offset in self._processed.items()
-                       if tp in self._owned and self._committed.get(tp) != offset}
-        self._store.commit(offsets, self.consumer_id, lambda tp: tp in self._owned)
+                       if tp in owned and self._committed.get(tp) != offset}
+        self._member.commit(offsets)
         with self._lock:
             self._committed.update(offsets)
 
     def assignment(self) -> frozenset[TopicPartition]:
         """The partitions this consumer owns right now."""
-        return self._owned
+        return self._member.owned
 
     def wait_for_assignment(self, timeout: float) -> frozenset[TopicPartition]:
         """Block until the first rebalance is done (the share may be empty)."""
-        self._worker.wait_idle(timeout)
-        return self._owned
+        self._member.wait_idle(timeout)
+        return self._member.owned
 
     def close(self) -> None:
         """Commit (with auto-commit on), leave the group and release everything."""
@@ -235,9 +203,7 @@ class ZkConsumer:
             except PylogError:
                 log.warning("final commit of group %s failed", self.group_id, exc_info=True)
         self._closed = True
-        self._client.remove_listener(self._on_session_state)
-        self._worker.stop()
-        self._lease.stop()
+        self._member.leave()
         close_client(self._client)
         self._fetcher.close()
 
@@ -255,7 +221,8 @@ class ZkConsumer:
         while not self._closed:
             self._maybe_auto_commit()
             with self._lock:
-                wanted = {} if self._paused or not self._lease.valid() else dict(self._positions)
+                wanted = ({} if self._paused or not self._member.lease.valid()
+                          else dict(self._positions))
             offsets = self._resolve_positions(wanted)
             if offsets:
                 delivery = self._fetch(offsets)
@@ -365,89 +332,11 @@ class ZkConsumer:
                                                    "in ZooKeeper")
         return addresses
 
-    # -- group membership (worker thread) ------------------------------------------------
+    # -- Ownership: called by the GroupMember's threads ----------------------------------
 
-    def _on_children(self, children) -> bool | None:
-        if self._closed:
-            return False
-        self._worker.request("rebalance")
-        return None
-
-    def _on_session_state(self, state: str) -> None:
-        with self._lock:
-            if state == KazooState.CONNECTED:
-                self._paused = False
-                self._worker.request("rejoin")
-            elif state == KazooState.SUSPENDED:
-                self._paused = True
-            else:  # LOST: our ids and owners nodes are gone; others may own our share now
-                self._owned = frozenset()
-                self._positions.clear()
-                self._claims.clear()
-            self._lock.notify_all()
-
-    def _rejoin(self) -> None:
-        session_id = self._client.client_id[0]
-        if session_id != self._session_id:
-            self._store.register(self.consumer_id, self.subscription, int(time.time() * 1000))
-            self._session_id = session_id
-            self._rebalance()
-
-    def _rebalance(self) -> None:
-        if self._closed:
-            return
-        for _attempt in range(self._rebalance_retries):
-            if self._try_rebalance():
-                return
-            self._sleep(self._rebalance_backoff)
-        raise RebalanceFailedError(f"group {self.group_id}: consumer {self.consumer_id} could "
-                                   f"not claim its partitions after {self._rebalance_retries} "
-                                   "attempts")
-
-    def _target_share(self) -> list[TopicPartition]:
-        members = self._store.members()
-        members.setdefault(self.consumer_id, self.subscription)
-        topics = self._store.all_topics()
-        partitions = self._store.topic_partitions(t for t in topics if self.subscription.matches(t))
-        subscribers = {topic: [m for m, sub in members.items() if sub.matches(topic)]
-                       for topic in partitions}
-        return range_assign(partitions, subscribers).get(self.consumer_id, [])
-
-    def _try_rebalance(self) -> bool:
-        share = frozenset(self._target_share())
-        owned = self._owned
-        if share == owned and all(self._store.owner(tp) == self.consumer_id for tp in share):
-            return True
-        # Give up what moves away first, so the consumers it moves to can claim it.
-        self._release(owned - share)
-        claimed = []
-        for tp in sorted(share - owned):
-            if not self._store.claim(tp, self.consumer_id):
-                log.info("%s: %s still owned by another consumer; retrying", self.consumer_id, tp)
-                for done in claimed:
-                    self._store.release(done, self.consumer_id)
-                return False
-            claimed.append(tp)
-        starts = {tp: self._store.committed(tp) for tp in claimed}
-        with self._lock:
-            for tp, start in starts.items():
-                self._claim_counter += 1
-                self._claims[tp] = self._claim_counter
-                self._positions[tp] = start
-                if start is not None:
-                    self._processed[tp] = self._committed[tp] = start
-            self._owned = self._owned | frozenset(claimed)
-            self._lock.notify_all()
-        log.info("%s owns %s", self.consumer_id, sorted(self._owned))
-        return True
-
-    def _release(self, partitions: frozenset[TopicPartition]) -> None:
-        """Stop consuming ``partitions``, commit what was processed, delete the owner nodes."""
-        if not partitions:
-            return
+    def _on_release(self, partitions: frozenset[TopicPartition]) -> dict[TopicPartition, int]:
         with self._lock:
             self._delivery.fold(self._claims, self._processed)
-            self._owned = self._owned - partitions
             offsets = {}
             for tp in partitions:
                 self._claims.pop(tp, None)
@@ -455,10 +344,28 @@ class ZkConsumer:
                 processed = self._processed.pop(tp, None)
                 if processed is not None and self._committed.pop(tp, None) != processed:
                     offsets[tp] = processed
-        if self._auto_commit:
-            self._store.commit(offsets, self.consumer_id, lambda tp: True)
-        for tp in partitions:
-            self._store.release(tp, self.consumer_id)
+            return offsets
+
+    def _on_claimed(self, starts: Mapping[TopicPartition, int | None]) -> None:
+        with self._lock:
+            for tp, start in starts.items():
+                self._claim_counter += 1
+                self._claims[tp] = self._claim_counter
+                self._positions[tp] = start
+                if start is not None:
+                    self._processed[tp] = self._committed[tp] = start
+            self._lock.notify_all()
+
+    def _on_lost(self) -> None:
+        with self._lock:
+            self._positions.clear()
+            self._claims.clear()
+            self._lock.notify_all()
+
+    def _on_paused(self, paused: bool) -> None:
+        with self._lock:
+            self._paused = paused
+            self._lock.notify_all()
 
 
 class _Delivery:

@@ -12,6 +12,7 @@ uses ``zk.ZkClusterMetadata``, built from:
 - ``view``: the in-memory, watch-driven view Metadata requests are answered from;
 - ``lease``: the time-bounded belief that the broker's session is alive;
 - ``worker``: the one thread that does the ZooKeeper work watches ask for;
-- ``consumer_group``: the seeds' consumer-group nodes and range assignment (used by
+- ``consumer_group``: the seeds' consumer-group nodes and range assignment;
+- ``group_member``: one consumer's membership, rebalances and ownership (used by
   ``pylog.client.zk_consumer``).
 """

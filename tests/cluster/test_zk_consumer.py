@@ -237,7 +237,7 @@ def test_no_records_are_handed_out_once_the_session_lease_runs_out(cluster, cons
     records, without_lease = [], []
     for record in consumer:
         records.append(record)
-        without_lease += [record] if not consumer._lease.valid() else []
+        without_lease += [record] if not consumer._member.lease.valid() else []
         if len(records) == 1:
             clock.offset += 3.0  # as if the process had been stopped past its session timeout
     assert without_lease == []
