@@ -11,7 +11,6 @@ Time settings come in Kafka's families (``log.retention.ms`` / ``.minutes`` / ``
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
@@ -117,26 +116,18 @@ class BrokerConfig:
     @classmethod
     def from_mapping(cls, raw: Mapping[str, str]) -> "BrokerConfig":
         values = {key: default for key, (_, default, _) in _SETTINGS.items()}
-        explicit = set()
         for key, text in raw.items():
             if key not in _SETTINGS:
                 raise ConfigError(key, "unknown broker setting")
             values[key] = _SETTINGS[key][0](key, text)
-            explicit.add(key)
         config = cls(values)
-        config._check(explicit)
+        config._check()
         return config
 
     def __getitem__(self, key: str):
         return self.values[key]
 
-    def replace(self, **changes: object) -> "BrokerConfig":
-        """A copy with settings changed (keys spelled with ``_`` for ``.``)."""
-        values = dict(self.values)
-        values.update({k.replace("_", "."): v for k, v in changes.items()})
-        return dataclasses.replace(self, values=values)
-
-    def _check(self, explicit: set[str]) -> None:
+    def _check(self) -> None:
         for key in ("num.partitions", "num.network.threads", "message.max.bytes",
                     "socket.request.max.bytes", "default.replication.factor"):
             if self[key] < 1:
@@ -236,7 +227,3 @@ def parse_properties(text: str) -> dict[str, str]:
         result[stripped[:sep_index].strip()] = stripped[sep_index + 1:].strip()
     return result
 
-
-def describe_settings() -> list[tuple[str, object, str]]:
-    """(key, default, description) for every setting, for docs and --help."""
-    return [(key, default, text) for key, (_, default, text) in _SETTINGS.items()]
