@@ -161,3 +161,29 @@ def test_the_audit_fails_when_lag_exceeds_the_bound(loaded):
     for partition in lagging:
         assert (f"partition {partition} of page_views lags {lags[partition]} offsets behind the log "
                 f"(bound {bound})") in output
+
+
+def test_the_backfill_dag_reloads_a_window_without_duplicates(loaded):
+    config = load_config(loaded.config_path)
+    storage = Storage.from_uri(config.warehouse)
+    state = StateStore(config.state)
+    committed_before = state.committed_offsets("page_views")
+    hours_before = run_query(storage, "SELECT hr, count(*) AS n FROM page_views GROUP BY hr").to_pylist()
+
+    run = loaded.airflow.dags_test("pylog_backfill", conf={
+        "since": "2026-11-20T08:00:00Z", "until": "2026-11-20T10:00:00Z", "topics": "page_views"})
+
+    assert run.state == "success", run.output[-5000:]
+    assert run.task_states == {"backfill_arguments": "success", "backfill": "success", "audit": "success",
+                               "register_partitions": "success"}
+    audit = state.latest_audit("page_views")
+    assert (audit.run_id, audit.kind) == (run.run_id, "backfill")
+    assert sorted(p for p in audit.replaced_partitions if p.startswith("page_views ")) == [
+        "page_views dt=2026-11-20/hr=08", "page_views dt=2026-11-20/hr=09"]
+    assert audit.rows_written == sum(r["n"] for r in hours_before if r["hr"] in ("08", "09"))
+    assert state.committed_offsets("page_views") == committed_before
+    [counts] = run_query(storage, "SELECT count(*) AS n, count(DISTINCT (_partition, _offset)) AS d "
+                                  "FROM page_views").to_pylist()
+    assert counts == {"n": EVENTS, "d": EVENTS}
+    assert sorted(run_query(storage, "SELECT hr, count(*) AS n FROM page_views GROUP BY hr").to_pylist(),
+                  key=str) == sorted(hours_before, key=str)
