@@ -84,9 +84,7 @@ def run_load(config: LoaderConfig, spark, request: LoadRequest) -> list[AuditEnt
             with _TableLock(state, topic.table, run_id, request.kind, config.lock_timeout_seconds):
                 audits += _load_table(config, spark, request, run_id, topic, state, warehouse, consumer)
     finally:
-        close = getattr(consumer, "close", None)
-        if close is not None:
-            close()
+        consumer.close()
     return audits
 
 
@@ -120,8 +118,12 @@ def _window(request: LoadRequest, topic: TopicConfig, state: StateStore) -> tupl
     width = bucket_ms(topic.partitioning)
     until = request.until_ms if request.until_ms is not None else state.now_ms()
     if until <= request.since_ms:
-        raise LoaderError(f"--until ({until}) must be after --since ({request.since_ms})")
+        raise LoaderError(f"--until ({_iso(until)}) must be after --since ({_iso(request.since_ms)})")
     return request.since_ms // width * width, -(-until // width) * width
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _execute(config: LoaderConfig, spark, plan: TablePlan, topic: TopicConfig, state: StateStore,

@@ -70,9 +70,7 @@ def run_task(spec: TaskSpec, attempt: int = 0) -> TaskDoneMarker:
     try:
         fetched = _fetch_range(spec, consumer, gaps)
     finally:
-        close = getattr(consumer, "close", None)
-        if close is not None:
-            close()
+        consumer.close()
     rows, event_ms, quarantine = _combine(spec, fetched.parts)
     files = _write(spec, rows, event_ms, quarantine)
     faults.fail_attempt(spec.fault, attempt, spec.index, spec.range.name)
