@@ -5,6 +5,9 @@ from __future__ import annotations
 import pytest
 
 from pylog.client import Admin
+from pylog.client.connection import BrokerConnection
+from pylog.errors import NotLeaderOrFollowerError
+from pylog.protocol import ApiKey
 from tests.cluster import clients
 from tests.cluster.cluster_helpers import LocalCluster
 from tests.cluster.conftest import wait_until
@@ -43,6 +46,24 @@ def test_partitions_spread_and_every_client_works_through_any_broker(cluster):
     assert clients.confluent_consume(cluster.bootstrap(1), "spread", partitions,
                                      len(sent)) == sent
     assert clients.kafka_python_consume(cluster.bootstrap(2), "spread", partitions) == sent
+    # A broker asked for a partition it does not lead says so; the leader serves it.
+    assert fetch_error(cluster.ports[2], "spread", 0) == NotLeaderOrFollowerError.errno
+    assert fetch_error(cluster.ports[1], "spread", 0) == 0
+
+
+def fetch_error(port: int, topic: str, partition: int) -> int:
+    connection = BrokerConnection("127.0.0.1", port, timeout_s=10)
+    try:
+        response = connection.request(ApiKey.FETCH, {
+            "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+            "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "forgotten_topics_data": [], "rack_id": "",
+            "topics": [{"topic": topic, "partitions": [{
+                "partition": partition, "fetch_offset": 0, "current_leader_epoch": -1,
+                "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]})
+    finally:
+        connection.close()
+    return response["responses"][0]["partitions"][0]["error_code"]
 
 
 def offline(cluster, via: int, topic: str) -> set[int]:
