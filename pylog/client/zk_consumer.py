@@ -319,10 +319,9 @@ class ZkConsumer:
             self._next_commit = self._clock() + self._commit_interval
             try:
                 self.commit()
-            except PylogError:
-                log.warning("auto-commit of group %s failed", self.group_id, exc_info=True)
-            except Exception:  # noqa: BLE001 -- kazoo errors while the session heals
-                log.debug("auto-commit deferred", exc_info=True)
+            except PylogError as exc:
+                log.warning("auto-commit of group %s failed, retrying later: %s",
+                            self.group_id, exc)
 
     def _bootstrap_servers(self) -> str | list[str]:
         addresses = self._bootstrap or [

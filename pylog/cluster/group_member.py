@@ -27,16 +27,19 @@ import time
 from typing import Callable, Mapping, Protocol
 
 from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import KazooException
 from kazoo.recipe.watchers import ChildrenWatch
 
 from pylog.cluster import layout
 from pylog.cluster.consumer_group import GroupStore, Subscription, range_assign
 from pylog.cluster.lease import SessionLease
 from pylog.cluster.worker import CoalescingWorker
-from pylog.errors import RetriableError
+from pylog.errors import KafkaError, RetriableError
 from pylog.types import TopicPartition
 
 log = logging.getLogger(__name__)
+
+CoordinatorNotAvailableError = KafkaError.for_code(15)  # COORDINATOR_NOT_AVAILABLE
 
 
 class RebalanceFailedError(RetriableError):
@@ -102,8 +105,19 @@ class GroupMember:
         return self._worker.wait_idle(timeout)
 
     def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
-        """Write offsets of partitions this member still owns."""
-        self.store.commit(offsets, self.consumer_id, lambda tp: tp in self.owned)
+        """Write offsets of partitions this member still owns.
+
+        Raises CoordinatorNotAvailableError (retriable) while ZooKeeper is not reachable
+        (at once when disconnected, rather than holding the caller until it is back).
+        """
+        if not self._client.connected:
+            raise CoordinatorNotAvailableError(f"group {self.group_id}: not connected to "
+                                               "ZooKeeper; offsets not committed")
+        try:
+            self.store.commit(offsets, self.consumer_id, lambda tp: tp in self.owned)
+        except KazooException as exc:
+            raise CoordinatorNotAvailableError(f"group {self.group_id}: committing offsets "
+                                               f"failed ({type(exc).__name__})") from exc
 
     def leave(self) -> None:
         """Stop rebalancing; the nodes go when the caller closes the ZooKeeper client."""

@@ -23,10 +23,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Mapping
+from contextlib import contextmanager
+from typing import Callable, Iterator, Mapping
 
 from kazoo.client import KazooState
-from kazoo.exceptions import NodeExistsError
+from kazoo.exceptions import KazooException, NodeExistsError, RolledBackError
 
 from pylog.cluster import layout, view as view_events
 from pylog.cluster.controller import Controller
@@ -38,7 +39,8 @@ from pylog.cluster.registry import BrokerIdInUseError, BrokerRegistry
 from pylog.cluster.session import close_client, connect_client
 from pylog.cluster.view import ClusterView
 from pylog.cluster.worker import CoalescingWorker
-from pylog.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from pylog.errors import (RequestTimedOutError, TopicAlreadyExistsError,
+                          UnknownTopicOrPartitionError)
 from pylog.types import BrokerEndpoint
 
 log = logging.getLogger(__name__)
@@ -152,6 +154,11 @@ class ZkClusterMetadata:
         return self._controller.active
 
     @property
+    def connected(self) -> bool:
+        """Whether the ZooKeeper connection is up right now."""
+        return self._client.connected
+
+    @property
     def session(self) -> tuple[int, bytes] | None:
         """The ZooKeeper session (id, password), or None while disconnected."""
         return self._client.client_id
@@ -165,14 +172,25 @@ class ZkClusterMetadata:
         Waits up to ``admin_timeout`` for the controller to elect the partitions' leaders;
         partitions still without state are returned with leader -1.
         Raises TopicAlreadyExistsError, InvalidTopicError, InvalidPartitionsError,
-        InvalidReplicationFactorError.
+        InvalidReplicationFactorError, and RequestTimedOutError (retriable) when
+        ZooKeeper is not available.
         """
         validate_topic_name(name)
-        live = [int(child) for child in self._client.get_children(layout.BROKER_IDS)]
-        assignment = assign_replicas(num_partitions, replication_factor, live)
-        if self._view.topic(name) is not None or self._client.exists(layout.topic_path(name)):
-            raise TopicAlreadyExistsError(f"topic {name!r} already exists")
-        config_data = layout.encode_topic_config(configs or {})
+        with self._zookeeper(f"creating topic {name!r}"):
+            live = [int(child) for child in self._client.get_children(layout.BROKER_IDS)]
+            assignment = assign_replicas(num_partitions, replication_factor, live)
+            if self._view.topic(name) is not None or self._client.exists(
+                    layout.topic_path(name)):
+                raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            self._write_topic(name, assignment, configs or {})
+        log.info("created topic %s with assignment %s", name, assignment)
+        self._wait_for(lambda: _all_led(self._view.topic(name), assignment))
+        return self._view.topic(name) or _offline_topic(name, assignment, configs or {})
+
+    def _write_topic(self, name: str, assignment: Mapping[int, tuple[int, ...]],
+                     configs: Mapping[str, str]) -> None:
+        """The assignment and the config node, in one transaction."""
+        config_data = layout.encode_topic_config(configs)
         txn = self._client.transaction()
         txn.create(layout.topic_path(name), layout.encode_assignment(assignment))
         if self._client.exists(layout.topic_config_path(name)):
@@ -180,26 +198,41 @@ class ZkClusterMetadata:
         else:
             txn.create(layout.topic_config_path(name), config_data)
         results = txn.commit()
-        if any(isinstance(result, NodeExistsError) for result in results[:1]):
+        if isinstance(results[0], NodeExistsError):
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
-        for result in results:
-            if isinstance(result, Exception):
-                raise result
-        log.info("created topic %s with assignment %s", name, assignment)
-        self._wait_for(lambda: _all_led(self._view.topic(name), assignment))
-        return self._view.topic(name) or _offline_topic(name, assignment, configs or {})
+        failures = [r for r in results if isinstance(r, Exception)
+                    and not isinstance(r, RolledBackError)]
+        if failures:
+            raise failures[0]
+
+    @contextmanager
+    def _zookeeper(self, action: str) -> Iterator[None]:
+        """Turn ZooKeeper trouble into a retriable RequestTimedOutError for the client.
+
+        Fails at once while disconnected: kazoo would hold the request until it is
+        connected again, and a broker's request thread must not wait that long.
+        """
+        if not self._client.connected:
+            raise RequestTimedOutError(f"{action}: not connected to ZooKeeper")
+        try:
+            yield
+        except KazooException as exc:
+            raise RequestTimedOutError(f"{action}: ZooKeeper failed "
+                                       f"({type(exc).__name__})") from exc
 
     def delete_topic(self, name: str) -> None:
         """Ask the controller to delete the topic; waits up to ``admin_timeout`` for it.
 
         Raises UnknownTopicOrPartitionError if it does not exist.
         """
-        if self._view.topic(name) is None and not self._client.exists(layout.topic_path(name)):
-            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
-        try:
-            self._client.create(layout.delete_topic_path(name))
-        except NodeExistsError:
-            pass
+        with self._zookeeper(f"deleting topic {name!r}"):
+            if self._view.topic(name) is None and not self._client.exists(
+                    layout.topic_path(name)):
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            try:
+                self._client.create(layout.delete_topic_path(name))
+            except NodeExistsError:
+                pass
         self._wait_for(lambda: self._view.topic(name) is None
                        and not self._view.marked_for_deletion(name))
 

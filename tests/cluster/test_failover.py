@@ -171,3 +171,24 @@ def test_leadership_is_hidden_once_the_session_lease_runs_out(start_broker):
     assert broker.topics()["leased"].partitions[0].leader == NO_LEADER
     wait_until(lambda: broker.topic("leased").partitions[0].leader == 1,
                message="lease renewed by the next round trip")
+
+
+def test_admin_calls_fail_fast_and_retriably_without_zookeeper(tmp_path):
+    from pylog.errors import RequestTimedOutError, RetriableError
+
+    with running_zookeeper(tmp_path) as server:
+        metadata = ZkClusterMetadata(server.connect_string + "/gone", 1, "127.0.0.1", 9001,
+                                     session_timeout_ms=4000, admin_timeout=15.0)
+        try:
+            metadata.create_topic("before", 1)
+            server.kill()
+            wait_until(lambda: not metadata.connected,
+                       message="the client to notice ZooKeeper is gone")
+            with pytest.raises(RequestTimedOutError, match="not connected to ZooKeeper") as raised:
+                metadata.create_topic("during", 1)
+            assert isinstance(raised.value, RetriableError)
+            with pytest.raises(RequestTimedOutError):
+                metadata.delete_topic("before")
+            assert metadata.topic("before") is not None  # the view still answers reads
+        finally:
+            metadata.close()
