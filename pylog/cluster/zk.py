@@ -69,7 +69,7 @@ class ZkClusterMetadata:
 
     def __init__(self, connect: str, broker_id: int, host: str, port: int,
                  rack: str | None = None, *, session_timeout_ms: int = 18000,
-                 connection_timeout_ms: int = 18000, admin_timeout: float = 30.0,
+                 connection_timeout_ms: int = 18000, admin_timeout: float = 10.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.local_broker_id = broker_id
         self._admin_timeout = admin_timeout
