@@ -154,8 +154,12 @@ def test_the_audit_fails_when_counts_do_not_add_up(loaded):
 def test_the_audit_fails_when_lag_exceeds_the_bound(loaded):
     lags = {p.partition: p.lag for s in collect_status(load_config(loaded.config_path)) for p in s.partitions}
     bound = max(lags.values()) - 1
-    output = loaded.airflow.tasks_test("pylog_load", "audit", loaded.run.run_id,
-                                       env={"PYLOG_MAX_LAG": str(bound)})
+    # The bound as an Airflow Variable: read at run time, it overrides PYLOG_MAX_LAG.
+    loaded.airflow.run("variables", "set", "pylog_max_lag", str(bound))
+    try:
+        output = loaded.airflow.tasks_test("pylog_load", "audit", loaded.run.run_id)
+    finally:
+        loaded.airflow.run("variables", "delete", "pylog_max_lag")
     assert loaded.airflow.task_states("pylog_load", loaded.run.run_id)["audit"] == "failed"
     lagging = [p for p, lag in lags.items() if lag > bound]
     for partition in lagging:
