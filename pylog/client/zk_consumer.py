@@ -188,6 +188,11 @@ class ZkConsumer:
         """The partitions this consumer owns right now."""
         return self._member.owned
 
+    @property
+    def session(self) -> tuple[int, bytes] | None:
+        """The ZooKeeper session (id, password), or None while disconnected."""
+        return self._client.client_id
+
     def wait_for_assignment(self, timeout: float) -> frozenset[TopicPartition]:
         """Block until the first rebalance is done (the share may be empty)."""
         self._member.wait_idle(timeout)

@@ -173,8 +173,12 @@ class GroupMember:
         return frozenset(range_assign(partitions, subscribers).get(self.consumer_id, []))
 
     def _try_rebalance(self) -> bool:
-        share, owned = self._target_share(), self.owned
-        if share == owned and all(self.store.owner(tp) == self.consumer_id for tp in share):
+        share = self._target_share()
+        # Ownership that did not survive (a session lost mid-rebalance) is given up too.
+        self._release(frozenset(tp for tp in self.owned
+                                if self.store.owner(tp) != self.consumer_id))
+        owned = self.owned
+        if share == owned:
             return True
         # Give up what moves away first, so the consumers it moves to can claim it.
         self._release(owned - share)

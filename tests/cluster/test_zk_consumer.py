@@ -243,3 +243,29 @@ def test_no_records_are_handed_out_once_the_session_lease_runs_out(cluster, cons
     assert without_lease == []
     # Nothing was skipped: once the lease was renewed the rest came, each exactly once.
     assert sorted((r.partition, r.value.decode()) for r in records) == sorted(sent)
+
+
+def test_a_consumer_rejoins_under_a_new_session_after_expiry(cluster, consumers, zk_client_for):
+    from pylog.testing.zookeeper import expire_session
+
+    first = make_topic(cluster, "rejoin", 2, per_partition=5)
+    consumer = consumers("rejoiners", topics=["rejoin"])
+    received = drain([consumer], len(first))[id(consumer)]
+    old_session = consumer.session[0]
+    expire_session(cluster.zk_connect, consumer.session)
+    zk = zk_client_for(cluster.zk_connect)
+
+    def owns_again_under_new_session() -> bool:
+        session = consumer.session
+        if not session or session[0] == old_session or len(consumer.assignment()) != 2:
+            return False
+        owners = [zk.exists(f"/consumers/rejoiners/owners/rejoin/{p}") for p in (0, 1)]
+        return all(stat is not None and stat.ephemeralOwner == session[0] for stat in owners)
+
+    wait_until(owns_again_under_new_session, message="ownership under the new session")
+    assert zk.exists(f"/consumers/rejoiners/ids/{consumer.consumer_id}").ephemeralOwner == \
+        consumer.session[0]
+    second = {(p, f"again-{p}") for p in (0, 1)}
+    clients.confluent_produce(cluster.bootstrap(), "rejoin", sorted(second))
+    drain([consumer], len(first) + len(second), {id(consumer): received})
+    assert {(r.partition, r.value.decode()) for r in received} >= first | second
