@@ -47,6 +47,14 @@ class LocalCluster:
         self.wait_for_brokers(sorted(self.brokers))
         return self
 
+    def move(self, broker_id: int) -> None:
+        """Crash a broker and start it again with the same id and logs on a new port."""
+        old = self.brokers[broker_id]
+        old.kill()
+        overrides = {k: v for k, v in old.overrides.items() if k != "listeners"}
+        self.brokers[broker_id] = BrokerProcess(old.base_dir, overrides).start()
+        self.ports[broker_id] = self.brokers[broker_id].port
+
     def bootstrap(self, *broker_ids: int) -> str:
         return ",".join(self.brokers[b].bootstrap for b in (broker_ids or self.brokers))
 

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 import pytest
 
 from pylog.client import Admin
+from pylog.etl.errors import LoaderError
 from pylog.etl.job import LoadRequest, run_load
 from pylog.etl.state import StateStore
 from pylog.testing.spark import local_spark
@@ -80,3 +81,26 @@ def test_backfill_by_timestamp_through_the_cluster(cluster, tmp_path):
     assert state.committed_offsets("clicks") == committed
     assert_exactly_once(spark, tmp_path / "warehouse", "clicks",
                         broker_records(cluster.bootstrap(), "clicks"))
+
+
+def test_tasks_find_a_leader_that_moved_after_planning(cluster, tmp_path):
+    spark = local_spark()
+    with Admin(cluster.bootstrap()) as admin:
+        admin.create_topic("moves", num_partitions=3)
+    wait_until(lambda: -1 not in cluster.leaders(1, "moves").values(), message="leaders")
+    produce(cluster.bootstrap(), "moves", events(0, 90), partitions=3)
+    config = write_config(tmp_path, cluster.bootstrap(1), topic="moves", max_records_per_task=15)
+    with pytest.raises(LoaderError, match="injected failure"):
+        run_load(config, spark, LoadRequest(run_id="m1", fault="fail_later_tasks"))
+    plan = StateStore(config.state).read_plan("moves", "m1")
+    assert {r.leader_id for r in plan.ranges} == {1, 2, 3}
+
+    old_port = cluster.ports[2]
+    cluster.move(2)  # same broker id and data, another address
+    wait_until(lambda: cluster.metadata(1).brokers.get(2) is not None
+               and cluster.metadata(1).brokers[2].port == cluster.ports[2] != old_port
+               and -1 not in cluster.leaders(1, "moves").values(),
+               message="broker 2 back at its new address")
+    audits = run_load(config, spark, LoadRequest(run_id="m1"))  # the same plan, finished
+    assert_exactly_once(spark, tmp_path / "warehouse", "moves",
+                        broker_records(cluster.bootstrap(), "moves"))
