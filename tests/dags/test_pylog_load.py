@@ -103,9 +103,12 @@ def test_pylog_query_counts_page_views_per_hour(loaded):
     assert len(hours) == 6
 
 
-def test_pylog_status_shows_the_committed_offsets_and_no_lag(loaded):
-    result = _pylog("status", "--config", str(loaded.config_path))
+def test_pylog_status_shows_the_committed_offsets_and_no_lag(loaded, tmp_path):
+    page = tmp_path / "status.html"
+    result = _pylog("status", "--config", str(loaded.config_path), "--html", str(page))
     assert result.returncode == 0, result.stderr
+    html = page.read_text()
+    assert html.count("<table>") == 2 and loaded.run.run_id in html
     lines = [line.split() for line in result.stdout.splitlines() if line.startswith("page_views ")]
     partitions = [l for l in lines if l[1] == "page_views"]
     assert len(partitions) == 3
