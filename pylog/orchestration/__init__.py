@@ -1,8 +1,12 @@
-"""The logic behind the Airflow DAGs in ``dags/``, importable and testable without Airflow.
+"""The logic behind the Airflow DAGs in ``dags/`` and behind ``pylog demo``, importable and
+testable without a scheduler.
 
 * :mod:`pylog.orchestration.settings` -- where the DAGs take paths, schedule and bounds from
   (Airflow Variables at run time, environment variables, defaults);
+* :mod:`pylog.orchestration.loads` -- what the DAGs' tasks do: spark-submit arguments of each
+  mapped load, per-table Assets, the audit, catalog registration;
 * :mod:`pylog.orchestration.audit` -- the post-load audit that fails a DAG run;
-* :mod:`pylog.orchestration.loads` -- the spark-submit arguments of each mapped load and
-  the per-table Assets.
+* :mod:`pylog.orchestration.local_airflow` -- Airflow in a private AIRFLOW_HOME, driven by its CLI;
+* :mod:`pylog.orchestration.sample_events` -- realistic page views for the demo and tests;
+* :mod:`pylog.orchestration.demo` -- the end-to-end demonstration (``make demo``).
 """
