@@ -87,9 +87,13 @@ class TableInfo:
 
 
 def list_table_names(storage: Storage) -> list[str]:
-    """Names of the table directories under the warehouse root, sorted."""
+    """Names of the table directories under the warehouse root, sorted.
+
+    A file, or an empty directory, is not a table (the loader creates a table's directory
+    with its first file).
+    """
     return [name for name in storage.list_dir(storage.root)
-            if not _hidden(name) and not name.endswith(".parquet")]
+            if not _hidden(name) and storage.list_dir(storage.join(name))]
 
 
 def describe_table(storage: Storage, name: str) -> TableInfo:

@@ -55,6 +55,8 @@ def test_temporary_and_bookkeeping_files_are_not_part_of_a_table(tmp_path):
     (hour_dir / ".page_views-0-10-19.parquet.ab12.tmp").write_bytes(b"half a file")
     (hour_dir / "_SUCCESS").write_bytes(b"")
     (tmp_path / "warehouse" / "_staging" / "run-1" / "page_views").mkdir(parents=True)
+    (tmp_path / "warehouse" / "notes.txt").write_text("not a table")
+    (tmp_path / "warehouse" / "empty").mkdir()
     storage = Storage.from_uri(config.warehouse)
     assert list_table_names(storage) == ["page_views"]
     [table] = discover_tables(storage)
