@@ -120,12 +120,21 @@ class Dispatcher:
         except InvalidRequestError as error:
             raise CloseConnection(f"malformed {MESSAGES[api_key].name} v{version}: {error}") \
                 from None
-        body = self._handle(api_key, version, request.body)
-        if body is None:
-            return None
-        if isinstance(body, FetchWork):
-            return self._first_attempt(body, version, correlation_id)
-        return _reply(api_key, version, correlation_id, body)
+        try:
+            body = self._handle(api_key, version, request.body)
+            if body is None:
+                return None
+            if isinstance(body, FetchWork):
+                return self._first_attempt(body, version, correlation_id)
+            return _reply(api_key, version, correlation_id, body)
+        except (CloseConnection, OSError):
+            raise
+        except Exception as error:
+            # A request the decoder accepted but a handler could not answer: close this
+            # connection with one line; the traceback is for debugging only.
+            log.debug("handling %s v%d failed", MESSAGES[api_key].name, version, exc_info=True)
+            raise CloseConnection(f"cannot handle {MESSAGES[api_key].name} v{version}: "
+                                  f"{type(error).__name__}: {error}") from None
 
     def _served(self, api_key: int, version: int) -> bool:
         low, high = SERVED_VERSIONS.get(api_key, (0, -1))

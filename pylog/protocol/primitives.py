@@ -266,10 +266,14 @@ def read_compact_array_length(buf, offset: int) -> tuple[int, int]:
     return count - 1, offset
 
 
-def read_array(buf, offset: int, read_element: Reader, compact: bool = False):
-    """A whole array as a list (None if null)."""
+def read_array(buf, offset: int, read_element: Reader, compact: bool = False,
+               nullable: bool = True):
+    """A whole array as a list (None if null; InvalidRequestError if null and not nullable)."""
+    start = offset
     count, offset = (read_compact_array_length if compact else read_array_length)(buf, offset)
     if count == -1:
+        if not nullable:
+            raise InvalidRequestError(f"null in a non-nullable array at byte {start}")
         return None, offset
     # Each element takes at least one byte: refuse counts the buffer cannot hold,
     # so a hostile length never allocates.

@@ -151,9 +151,10 @@ def _primitive(type_name: str, compact: bool, nullable: bool) -> tuple[Reader, W
     return reader, writer, _VARIABLE_DEFAULTS[type_name]
 
 
-def _array(read_element: Reader, write_element: Writer, compact: bool) -> tuple[Reader, Writer]:
+def _array(read_element: Reader, write_element: Writer, compact: bool,
+           nullable: bool) -> tuple[Reader, Writer]:
     def read(buf, offset):
-        return p.read_array(buf, offset, read_element, compact)
+        return p.read_array(buf, offset, read_element, compact, nullable)
 
     def write(out, items):
         p.write_array(out, items, write_element, compact)
@@ -244,10 +245,10 @@ def _compile_field(f: F, version: int, flexible: bool) -> _Entry:
         if f.type == "{}":
             default = inner.default_value() if f.default is _UNSET else f.default
             return _Entry(f.name, inner.read, inner.write, default)
-        read, write = _array(inner.read, inner.write, compact)
+        read, write = _array(inner.read, inner.write, compact, nullable)
     elif f.type.startswith("[]"):
         element_read, element_write, _ = _primitive(f.type[2:], compact, False)
-        read, write = _array(element_read, element_write, compact)
+        read, write = _array(element_read, element_write, compact, nullable)
     else:
         read, write, default = _primitive(f.type, compact, nullable)
         return _Entry(f.name, read, write, default if f.default is _UNSET else f.default,

@@ -70,6 +70,57 @@ def test_no_traceback_in_the_log_for_client_mistakes(small_broker):
     assert "Traceback" not in small_broker.log_text()
 
 
+@pytest.mark.parametrize("api_key, version, body", [
+    (ApiKey.PRODUCE, 3, {"transactional_id": None, "acks": 1, "timeout_ms": 1000,
+                         "topic_data": None}),
+    (ApiKey.FETCH, 4, dict(fetch_body("t", {0: 0}), topics=None)),
+    (ApiKey.PRODUCE, 8, {"transactional_id": None, "acks": 1, "timeout_ms": 1000,
+                         "topic_data": [{"name": "t", "partition_data": None}]}),
+    (ApiKey.CREATE_TOPICS, 4, dict(create_body("t"), topics=None)),
+    (ApiKey.LIST_OFFSETS, 5, {"replica_id": -1, "topics": None}),
+], ids=["produce-topics", "fetch-topics", "produce-partitions", "create-topics",
+        "list-offsets"])
+def test_null_array_where_not_nullable_closes_the_connection(small_broker, bystander,
+                                                             api_key, version, body):
+    frame = encode_request(api_key, version, 1, "c", body)
+    before = small_broker.log_text()
+    assert closed_after(small_broker, frame)
+    still_served(bystander)
+    new_lines = small_broker.log_text()[len(before):]
+    assert "non-nullable array" in new_lines
+    assert "Traceback" not in new_lines
+
+
+def test_null_string_where_not_nullable_closes_the_connection(small_broker, bystander):
+    frame = encode_request(ApiKey.PRODUCE, 8, 1, "c", produce_body(None, {0: batch([b"x"])}))
+    assert closed_after(small_broker, frame)
+    still_served(bystander)
+    assert "Traceback" not in small_broker.log_text()
+
+
+def null_frames() -> list[bytes]:
+    """Requests with null arrays and strings in every place that is not nullable."""
+    produce = produce_body("fuzz", {0: batch([b"v"])})
+    return [
+        encode_request(ApiKey.PRODUCE, 3, 7, "f", dict(produce, topic_data=None)),
+        encode_request(ApiKey.PRODUCE, 9, 7, "f", dict(produce, topic_data=None)),
+        encode_request(ApiKey.PRODUCE, 8, 7, "f", produce_body(None, {0: None})),
+        encode_request(ApiKey.FETCH, 4, 8, "f", dict(fetch_body("fuzz", {0: 0}), topics=None)),
+        encode_request(ApiKey.FETCH, 12, 8, "f", dict(fetch_body("fuzz", {0: 0}),
+                                                      forgotten_topics_data=None)),
+        encode_request(ApiKey.FETCH, 11, 8, "f", fetch_body(None, {0: 0})),
+        encode_request(ApiKey.CREATE_TOPICS, 5, 9, "f", create_body(None)),
+        encode_request(ApiKey.CREATE_TOPICS, 4, 9, "f", dict(create_body("n"), topics=None)),
+        encode_request(ApiKey.DELETE_TOPICS, 3, 10, "f", {"topic_names": None,
+                                                          "timeout_ms": 100}),
+        encode_request(ApiKey.LIST_OFFSETS, 5, 11, "f", {"replica_id": -1, "topics": None}),
+        encode_request(ApiKey.METADATA, 0, 12, "f", {"topics": None}),
+        encode_request(ApiKey.METADATA, 12, 12, "f", {"topics": [{"name": None}]}),
+        encode_request(ApiKey.INIT_PRODUCER_ID, 1, 13, "f", {"transactional_id": None,
+                                                             "transaction_timeout_ms": 1}),
+    ]
+
+
 def valid_frames() -> list[bytes]:
     frames = [
         encode_request(ApiKey.API_VERSIONS, 3, 1, "f", {"client_software_name": "f",
@@ -104,7 +155,16 @@ def mutate(rng: random.Random, frame: bytes) -> bytes:
 
 def test_fuzzed_frames_leave_the_broker_serving(small_broker):
     rng = random.Random(20240601)
-    frames = valid_frames()
+    frames = valid_frames() + null_frames()
+    for frame in null_frames():
+        with WireClient(small_broker.bootstrap, timeout=20) as client:
+            client.send_raw(frame)
+            client.sock.shutdown(1)
+            try:
+                while client.sock.recv(65536):
+                    pass
+            except (ConnectionResetError, TimeoutError):
+                pass
     for round_number in range(300):
         with WireClient(small_broker.bootstrap, timeout=20) as client:
             if round_number % 3 == 0:

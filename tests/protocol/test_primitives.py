@@ -69,6 +69,23 @@ def test_arrays_and_null_arrays():
     assert p.read_array(b"\x00", 0, p.read_int8, compact=True) == (None, 1)
 
 
+def test_null_in_a_non_nullable_array_is_invalid_request():
+    with pytest.raises(InvalidRequestError, match="non-nullable array"):
+        p.read_array(b"\xff\xff\xff\xff", 0, p.read_int32, nullable=False)
+    with pytest.raises(InvalidRequestError, match="non-nullable array"):
+        p.read_array(b"\x00", 0, p.read_int8, compact=True, nullable=False)
+
+
+def test_schema_arrays_are_null_only_where_declared_nullable():
+    from pylog.protocol import ApiKey, MESSAGES
+    produce = MESSAGES[ApiKey.PRODUCE].request_codec(3)
+    raw = b"\xff\xff" + b"\x00\x01" + b"\x00\x00\x03\xe8" + b"\xff\xff\xff\xff"
+    with pytest.raises(InvalidRequestError, match="non-nullable array"):
+        produce.read(raw, 0)
+    metadata = MESSAGES[ApiKey.METADATA].request_codec(1)
+    assert metadata.read(b"\xff\xff\xff\xff", 0)[0]["topics"] is None
+
+
 def test_hostile_array_length_does_not_allocate():
     with pytest.raises(InvalidRequestError):
         p.read_array(b"\x7f\xff\xff\xff\x00", 0, p.read_int8)
