@@ -48,20 +48,25 @@ class FetchWork:
             remaining = 1
         total = 0
         failed = False
-        topics_out = []
-        for topic in self.body["topics"]:
-            partitions_out = []
-            for p in topic["partitions"]:
-                result = self._read(topic["topic"], p, remaining)
-                records = result["records"]
-                size = len(records) if isinstance(records, bytes) else records.length
-                total += size
-                remaining -= size
-                failed = failed or result["error_code"] != 0
-                partitions_out.append(result)
-            topics_out.append({"topic": topic["topic"], "partitions": partitions_out})
+        topics_out: list[dict] = []
         response = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0,
                     "responses": topics_out}
+        try:
+            for topic in self.body["topics"]:
+                partitions_out: list[dict] = []
+                topics_out.append({"topic": topic["topic"], "partitions": partitions_out})
+                for p in topic["partitions"]:
+                    result = self._read(topic["topic"], p, remaining)
+                    partitions_out.append(result)
+                    records = result["records"]
+                    size = len(records) if isinstance(records, bytes) else records.length
+                    total += size
+                    remaining -= size
+                    failed = failed or result["error_code"] != 0
+        except BaseException:
+            # e.g. EMFILE duplicating a descriptor: give back the regions already taken.
+            close_regions(response)
+            raise
         if final or failed or total >= self.body["min_bytes"]:
             return response
         close_regions(response)
