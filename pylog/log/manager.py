@@ -22,7 +22,7 @@ from pylog.errors import ConfigError, InvalidTopicError, KafkaStorageError
 from pylog.log import layout
 from pylog.log.checkpoint import OffsetCheckpointFile, fsync_directory
 from pylog.log.config import LogConfig
-from pylog.log.log import Log
+from pylog.log.log import Log, LogClosedError
 from pylog.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,8 @@ class LogManager:
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
         self._lock_files: dict[Path, int] = {}
+        # One writer at a time per dir's checkpoint files (log-manager thread, deletes).
+        self._checkpoint_locks = {d: threading.Lock() for d in self.log_dirs}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -165,7 +167,7 @@ class LogManager:
 
     def run_retention(self, now: float | None = None) -> int:
         """Apply retention to every log; returns the number of segments deleted."""
-        deleted = sum(entry.delete_old_segments(now) for entry in self._snapshot())
+        deleted = self._each_log(lambda entry: entry.delete_old_segments(now))
         if deleted:
             self._write_all_checkpoints()
         return deleted
@@ -173,10 +175,22 @@ class LogManager:
     def flush_due(self) -> int:
         """Flush the logs whose ``flush_ms`` has passed; returns how many were flushed."""
         now_ms = int(self._clock() * 1000)
-        flushed = sum(entry.flush_if_due(now_ms) for entry in self._snapshot())
+        flushed = self._each_log(lambda entry: entry.flush_if_due(now_ms))
         if flushed:
             self._write_all_checkpoints()
         return flushed
+
+    def _each_log(self, task: Callable[[Log], int]) -> int:
+        """Sum ``task`` over every log; one log failing does not stop the others."""
+        total = 0
+        for entry in self._snapshot():
+            try:
+                total += task(entry)
+            except LogClosedError:
+                pass  # deleted (or shut down) since the snapshot
+            except Exception as error:
+                log.warning("%s: %s: %s", entry.directory, type(error).__name__, error)
+        return total
 
     def start(self, flush_check_ms: int = 1000, retention_check_ms: int = 300_000) -> None:
         """Start a background thread that flushes (by ``flush_ms``) every ``flush_check_ms``
@@ -217,12 +231,14 @@ class LogManager:
             return list(self._logs.values())
 
     def _write_checkpoints(self, log_dir: Path) -> None:
-        with self._lock:
-            logs = {tp: lg for tp, lg in self._logs.items() if self._dir_of[tp] == log_dir}
-        OffsetCheckpointFile(log_dir / layout.RECOVERY_POINT_CHECKPOINT).write(
-            {tp: lg.recovery_point for tp, lg in logs.items()})
-        OffsetCheckpointFile(log_dir / layout.LOG_START_OFFSET_CHECKPOINT).write(
-            {tp: lg.log_start_offset for tp, lg in logs.items()})
+        # The snapshot is taken under the dir's lock too, so the last write is the newest.
+        with self._checkpoint_locks[log_dir]:
+            with self._lock:
+                logs = {tp: lg for tp, lg in self._logs.items() if self._dir_of[tp] == log_dir}
+            OffsetCheckpointFile(log_dir / layout.RECOVERY_POINT_CHECKPOINT).write(
+                {tp: lg.recovery_point for tp, lg in logs.items()})
+            OffsetCheckpointFile(log_dir / layout.LOG_START_OFFSET_CHECKPOINT).write(
+                {tp: lg.log_start_offset for tp, lg in logs.items()})
 
     def _write_all_checkpoints(self) -> None:
         for log_dir in self.log_dirs:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -163,3 +164,58 @@ def test_partition_dir_names(name, parsed):
     assert layout.parse_partition_dir(name) == parsed
     if parsed is not None:
         assert layout.partition_dir_name(parsed) == name
+
+
+def test_a_closed_log_does_not_stop_retention_or_flushing_of_the_others(tmp_path, clock):
+    cfg = LogConfig(segment_bytes=400, retention_bytes=500, retention_ms=None, flush_ms=1000,
+                    expose_unflushed=False)
+    mgr = LogManager([tmp_path], cfg, clock)
+    mgr.load()
+    gone = mgr.get_or_create("gone", 0)
+    kept = mgr.get_or_create("kept", 0)
+    for i in range(12):
+        gone.append(make_batch(1, value_size=100, tag=i))
+        kept.append(make_batch(1, value_size=100, tag=i))
+    gone.close()  # as when a topic is deleted while a pass is running
+    assert mgr.run_retention() > 0
+    assert kept.log_start_offset > 0
+    kept.append(make_batch(2))
+    clock.advance(ms=1001)
+    assert mgr.flush_due() == 1
+    assert kept.high_watermark == kept.log_end_offset
+    mgr.delete_partition("gone", 0)
+    mgr.close()
+
+
+def test_checkpoints_written_from_several_threads_at_once(tmp_path):
+    mgr = LogManager([tmp_path], LogConfig())
+    mgr.load()
+    for p in range(50):
+        mgr.get_or_create("t", p).append(make_batch(1))
+    errors: list[BaseException] = []
+
+    def flush_repeatedly() -> None:
+        try:
+            for _ in range(60):
+                mgr.flush_all()
+        except BaseException as exc:  # noqa: BLE001 - reported by the assert below
+            errors.append(exc)
+
+    def delete_some() -> None:
+        try:
+            for p in range(40):
+                mgr.delete_partition("t", p)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=flush_repeatedly) for _ in range(3)]
+    threads.append(threading.Thread(target=delete_some))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    mgr.close()
+    points = OffsetCheckpointFile(tmp_path / layout.RECOVERY_POINT_CHECKPOINT).read()
+    assert points == {TopicPartition("t", p): 1 for p in range(40, 50)}
+    assert not list(tmp_path.glob("*" + layout.TEMP_SUFFIX))
