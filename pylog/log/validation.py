@@ -38,5 +38,10 @@ def validate_append(view: memoryview, config: LogConfig) -> list[tuple[int, Batc
             raise CorruptRecordError(
                 f"batch at position {position}: lastOffsetDelta {header.last_offset_delta}, "
                 f"recordsCount {header.records_count}")
+        if header.records_count != header.last_offset_delta + 1:
+            # A producer's batch holds offsets 0..n-1 with no gaps.
+            raise CorruptRecordError(
+                f"batch at position {position}: recordsCount {header.records_count} does "
+                f"not match lastOffsetDelta {header.last_offset_delta} + 1")
         batches.append((position, header))
     return batches

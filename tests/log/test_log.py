@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import crc32c
 import pytest
 
 from pylog.errors import (
@@ -78,6 +79,32 @@ def test_a_bad_batch_is_refused_and_nothing_is_written(tmp_path, damage, error):
         log.append(good + damage(make_batch(2, tag=2)))
     assert log.size_bytes == size and log.log_end_offset == 2
     assert log.append(good).first_offset == 2
+    log.close()
+
+
+def with_fields(batch: bytes, *, records_count: int | None = None,
+                last_offset_delta: int | None = None) -> bytes:
+    """``batch`` with header fields replaced and its CRC recomputed (a consistent batch)."""
+    data = bytearray(batch)
+    if records_count is not None:
+        data[57:61] = records_count.to_bytes(4, "big", signed=True)
+    if last_offset_delta is not None:
+        data[23:27] = last_offset_delta.to_bytes(4, "big", signed=True)
+    data[17:21] = crc32c.crc32c(bytes(data[21:])).to_bytes(4, "big")
+    return bytes(data)
+
+
+@pytest.mark.parametrize("fields", [
+    {"records_count": 2}, {"records_count": 4}, {"last_offset_delta": 1},
+    {"last_offset_delta": 5},
+])
+def test_records_count_must_match_last_offset_delta(tmp_path, fields):
+    log = Log.open(tmp_path / "t-0", LogConfig())
+    log.append(make_batch(2))
+    with pytest.raises(CorruptRecordError, match="recordsCount"):
+        log.append(with_fields(make_batch(3, tag=1), **fields))
+    assert log.log_end_offset == 2
+    assert log.append(with_fields(make_batch(3, tag=1), records_count=3)).first_offset == 2
     log.close()
 
 
