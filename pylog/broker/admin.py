@@ -16,8 +16,8 @@ from pylog.broker.partitions import PartitionLogs
 from pylog.cluster.metadata import NO_LEADER, ClusterMetadata
 from pylog.cluster.placement import validate_topic_name
 from pylog.errors import (
-    ConfigError, InvalidConfigError, InvalidReplicaAssignmentError, KafkaError,
-    TopicAlreadyExistsError, TopicDeletionDisabledError)
+    ConfigError, InvalidConfigError, InvalidPartitionsError, InvalidReplicaAssignmentError,
+    KafkaError, TopicAlreadyExistsError, TopicDeletionDisabledError)
 from pylog.protocol import MESSAGES
 
 log = logging.getLogger(__name__)
@@ -122,6 +122,7 @@ class AdminHandlers:
         try:
             if request["assignments"]:
                 raise InvalidReplicaAssignmentError("manual replica assignment is not supported")
+            self._check_partition_count(partitions)
             try:
                 self.logs.default_config.with_overrides(configs)
             except ConfigError as exc:
@@ -137,6 +138,15 @@ class AdminHandlers:
             result.update(error_code=error.errno, error_message=str(error),
                           num_partitions=-1, replication_factor=-1)
         return result
+
+    def _check_partition_count(self, partitions: int) -> None:
+        """InvalidPartitionsError outside 1..max.partitions.per.topic (checked before any
+        metadata is built, so a huge count costs nothing)."""
+        limit = self.config["max.partitions.per.topic"]
+        if not 1 <= partitions <= limit:
+            raise InvalidPartitionsError(
+                f"number of partitions must be in 1..{limit} (max.partitions.per.topic), "
+                f"got {partitions}")
 
     def delete_topics(self, body: dict, version: int) -> dict:
         names = list(body["topic_names"]) + [t["name"] for t in body.get("topics", [])

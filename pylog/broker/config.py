@@ -50,6 +50,7 @@ _SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
     "log.dir": (_str, "/tmp/pylog-logs", "data directory when log.dirs is not set"),
     "num.partitions": (_int, 1, "partitions of auto-created topics"),
     "default.replication.factor": (_int, 1, "replication factor of auto-created topics"),
+    "max.partitions.per.topic": (_int, 10000, "most partitions a topic may be created with"),
     "auto.create.topics.enable": (_bool, True, "create unknown topics on Metadata requests"),
     "delete.topic.enable": (_bool, True, "allow DeleteTopics"),
     "log.segment.bytes": (_int, 1 << 30, "roll a segment at this size"),
@@ -70,6 +71,8 @@ _SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
     "socket.request.max.bytes": (_int, 104857600, "largest request; bigger closes the connection"),
     "socket.send.buffer.bytes": (_int, 102400, "SO_SNDBUF (-1: OS default)"),
     "socket.receive.buffer.bytes": (_int, 102400, "SO_RCVBUF (-1: OS default)"),
+    "queued.max.request.bytes": (_int, 512 * 1024 * 1024,
+                                 "request bytes buffered broker-wide before reads pause"),
     "num.network.threads": (_int, 3, "processor threads that read, handle and write requests"),
     "zookeeper.connect": (_str, None, "host:port[,host:port][/chroot]; set for cluster mode"),
     "zookeeper.session.timeout.ms": (_int, 18000, "ZooKeeper session timeout"),
@@ -129,9 +132,13 @@ class BrokerConfig:
 
     def _check(self) -> None:
         for key in ("num.partitions", "num.network.threads", "message.max.bytes",
-                    "socket.request.max.bytes", "default.replication.factor"):
+                    "socket.request.max.bytes", "default.replication.factor",
+                    "max.partitions.per.topic", "queued.max.request.bytes"):
             if self[key] < 1:
                 raise ConfigError(key, f"must be at least 1, got {self[key]}")
+        if self["num.partitions"] > self["max.partitions.per.topic"]:
+            raise ConfigError("num.partitions", f"{self['num.partitions']} is more than "
+                              f"max.partitions.per.topic={self['max.partitions.per.topic']}")
         if self["broker.id"] < 0:
             raise ConfigError("broker.id", "must not be negative")
         self.listener  # parses and checks
@@ -144,10 +151,18 @@ class BrokerConfig:
     def _parse_listener(self, key: str) -> Listener:
         text = self[key]
         first = text.split(",")[0].strip()
-        parts = urlsplit(first)
-        if parts.scheme.upper() != "PLAINTEXT" or not parts.hostname or parts.port is None:
-            raise ConfigError(key, f"expected PLAINTEXT://host:port, got {text!r}")
-        return Listener(parts.hostname, parts.port)
+        try:
+            parts = urlsplit(first)
+            port = parts.port  # ValueError for a port that is not a number in 0..65535
+        except ValueError:
+            port = None
+        else:
+            if parts.scheme.upper() != "PLAINTEXT" or not parts.hostname:
+                port = None
+        if port is None:
+            raise ConfigError(key, f"expected PLAINTEXT://host:port with a port in 0..65535, "
+                                   f"got {text!r}")
+        return Listener(parts.hostname, port)
 
     @property
     def listener(self) -> Listener:

@@ -57,6 +57,14 @@ def test_roll_and_flush_settings_reach_the_log_config():
     ({"listeners": "SSL://host:1"}, "listeners"),
     ({"listeners": "PLAINTEXT://nohost"}, "listeners"),
     ({"log.segment.bytes": "10"}, "log.segment.bytes"),
+    ({"listeners": "PLAINTEXT://h:99999"}, "listeners"),
+    ({"listeners": "PLAINTEXT://h:abc"}, "listeners"),
+    ({"advertised.listeners": "PLAINTEXT://h:-1"}, "advertised.listeners"),
+    ({"max.partitions.per.topic": "0"}, "max.partitions.per.topic"),
+    ({"num.partitions": "11", "max.partitions.per.topic": "10"}, "num.partitions"),
+    ({"num.partitions": "20000"}, "num.partitions"),
+    ({"queued.max.request.bytes": "0"}, "queued.max.request.bytes"),
+    ({"queued.max.request.bytes": "lots"}, "queued.max.request.bytes"),
 ])
 def test_bad_settings_name_the_key(settings, key):
     with pytest.raises(ConfigError) as caught:
