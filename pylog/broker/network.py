@@ -8,6 +8,8 @@ file. A connection with a parked Fetch (long poll) reads nothing more until that
 Fetch is answered, which keeps responses in order and input bounded; other
 connections are unaffected. A frame larger than ``socket.request.max.bytes``, an
 unknown API or a malformed request closes that connection only, with one log line.
+Buffered request bytes of all connections share one ``RequestBudget``
+(``queued.max.request.bytes``): while it is used up, connections read no new frames.
 
 Processors sleep in ``select``; appends wake them through a socketpair, and the
 nearest parked-Fetch deadline bounds the sleep. Nothing polls.
@@ -26,6 +28,7 @@ import threading
 import time
 from typing import Callable
 
+from pylog.broker.budget import RequestBudget, frame_charge
 from pylog.broker.dispatch import CloseConnection, Dispatcher, Parked, Reply
 
 log = logging.getLogger(__name__)
@@ -45,10 +48,13 @@ class _PeerClosed(Exception):
 class Connection:
     """One client connection, owned by one processor thread."""
 
-    def __init__(self, sock: socket.socket, address: str) -> None:
+    def __init__(self, sock: socket.socket, address: str, budget: RequestBudget) -> None:
         self.sock = sock
         self.address = address
+        self.budget = budget
         self.inbound = bytearray()
+        self.charge = 0  # bytes of ``budget`` this connection holds
+        self.missing = 0  # bytes still to come of a frame already charged
         self.outbound: collections.deque = collections.deque()  # bytes/memoryview/regions
         self.head_sent = 0  # bytes of outbound[0] already sent
         self.queued_bytes = 0
@@ -68,7 +74,14 @@ class Connection:
         self.queued_bytes += reply.size
 
     def wants_read(self) -> bool:
-        return self.parked is None and self.queued_bytes < MAX_QUEUED_RESPONSE_BYTES
+        return (self.parked is None and self.queued_bytes < MAX_QUEUED_RESPONSE_BYTES
+                and (self.missing > 0 or not self.budget.exhausted))
+
+    def recharge(self, max_frame: int) -> None:
+        """Charge the budget for what the input buffer now holds."""
+        charge, self.missing = frame_charge(self.inbound, max_frame)
+        self.budget.adjust(charge - self.charge)
+        self.charge = charge
 
     def release(self) -> None:
         """Close the socket and every file region still queued."""
@@ -77,6 +90,9 @@ class Connection:
                 chunk.close()
         self.outbound.clear()
         self.parked = None  # an unfinished Fetch attempt holds no open regions
+        self.inbound.clear()
+        self.budget.adjust(-self.charge)
+        self.charge = self.missing = 0
         try:
             self.sock.close()
         except OSError:
@@ -88,10 +104,14 @@ class Processor(threading.Thread):
 
     def __init__(self, index: int, dispatcher: Dispatcher, max_request_bytes: int,
                  add_waiter: Callable, remove_waiter: Callable,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 budget: RequestBudget | None = None) -> None:
         super().__init__(name=f"pylog-processor-{index}", daemon=True)
         self.dispatcher = dispatcher
         self.max_request_bytes = max_request_bytes
+        self.budget = budget or RequestBudget(1 << 62)
+        self.budget.on_freed(self._budget_freed)
+        self._recheck_reads = False
         self.clock = clock
         self._add_waiter = add_waiter
         self._remove_waiter = remove_waiter
@@ -122,6 +142,10 @@ class Processor(threading.Thread):
         self._stopping = True
         self.wakeup()
 
+    def _budget_freed(self) -> None:
+        self._recheck_reads = True
+        self.wakeup()
+
     # -- the loop -------------------------------------------------------------------------
 
     def run(self) -> None:
@@ -134,6 +158,10 @@ class Processor(threading.Thread):
                         self._on_event(key.data, mask)
                 self._accept_new()
                 self._retry_parked()
+                if self._recheck_reads:
+                    self._recheck_reads = False
+                    for conn in list(self._connections):
+                        self._update_interest(conn)
         finally:
             for conn in list(self._connections):
                 self._close(conn, None)
@@ -160,7 +188,7 @@ class Processor(threading.Thread):
         while self._new:
             sock, address = self._new.popleft()
             sock.setblocking(False)
-            conn = Connection(sock, address)
+            conn = Connection(sock, address, self.budget)
             self._connections.add(conn)
             self._update_interest(conn)
 
@@ -189,10 +217,15 @@ class Processor(threading.Thread):
             self._close(conn, None)
 
     def _read(self, conn: Connection) -> None:
-        chunk = conn.sock.recv(RECV_CHUNK)
+        # With the budget used up, read only the rest of the frame already charged.
+        limit = min(RECV_CHUNK, conn.missing) if self.budget.exhausted else RECV_CHUNK
+        if limit == 0:
+            return  # used up by another thread since wants_read()
+        chunk = conn.sock.recv(limit)
         if not chunk:
             raise _PeerClosed
         conn.inbound += chunk
+        conn.recharge(self.max_request_bytes)
 
     def _process(self, conn: Connection) -> None:
         """Handle every complete frame in the buffer, until a Fetch parks; then write."""
@@ -206,7 +239,7 @@ class Processor(threading.Thread):
                                           f"{self.max_request_bytes} (socket.request.max.bytes)")
                 if len(inbound) - position - 4 < size:
                     break
-                payload = bytes(inbound[position + 4:position + 4 + size])
+                payload = inbound[position + 4:position + 4 + size]  # one copy
                 position += 4 + size
                 outcome = self.dispatcher.dispatch(payload)
                 if isinstance(outcome, Reply):
@@ -220,7 +253,9 @@ class Processor(threading.Thread):
                     self._woken = True
         finally:
             # One shift of the buffer per batch of frames, not one per frame.
-            del inbound[:position]
+            if position:
+                del inbound[:position]
+                conn.recharge(self.max_request_bytes)
         self._write(conn)
 
     def _retry_parked(self) -> None:

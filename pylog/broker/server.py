@@ -19,6 +19,7 @@ import time
 from typing import Callable
 
 from pylog.broker.admin import AdminHandlers
+from pylog.broker.budget import RequestBudget
 from pylog.broker.config import BrokerConfig
 from pylog.broker.dispatch import Dispatcher
 from pylog.broker.meta import ensure_meta
@@ -113,9 +114,10 @@ class Broker:
         logs = PartitionLogs(self.manager, self.metadata, config.log_config, waiters)
         self.metadata.add_listener(logs.on_metadata_change)
         dispatcher = Dispatcher(AdminHandlers(config, self.metadata, logs), logs, self.clock)
+        budget = RequestBudget(config["queued.max.request.bytes"])
         self._processors = [
             Processor(i, dispatcher, config["socket.request.max.bytes"], waiters.add,
-                      waiters.remove, self.clock)
+                      waiters.remove, self.clock, budget)
             for i in range(config["num.network.threads"])]
         for processor in self._processors:
             processor.start()
