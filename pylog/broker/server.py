@@ -81,9 +81,13 @@ class Broker:
         self._server = self._bind()
         try:
             self._start_services()
-        except BaseException:
+        except BaseException as exc:
             self._server.close()
             self._close_storage()
+            if isinstance(exc, OSError) and exc.filename is not None:
+                # meta.properties, topics.json...: a log dir the broker cannot write.
+                raise ConfigError("log.dirs", f"cannot use {exc.filename}: "
+                                              f"{exc.strerror or exc}") from None
             raise
         return self
 

@@ -17,7 +17,8 @@ import sys
 import time
 
 from pylog.cli.offsets import parse_timestamp_ms, resolve_offsets
-from pylog.cli.topics import add_bootstrap_argument
+from pylog.cli.topics import (
+    INT32_MAX, INT64_MAX, add_bootstrap_argument, check_range, check_request_timeout)
 from pylog.errors import ConfigError
 
 _TOKEN = re.compile(r"%[tpoTkvh%]|\\[nt\\]")
@@ -80,6 +81,7 @@ def _start_offsets(consumer, topic: str, partitions: list[int], offset: str) -> 
         at = consumer.offsets_for_times(topic, {p: parse_timestamp_ms(offset[1:], "--offset") for p in partitions})
         return {p: consumer.latest_offset(topic, p) if o is None else o for p, o in at.items()}
     if offset.isdigit():
+        check_range("--offset", int(offset), 0, INT64_MAX)
         return {p: int(offset) for p in partitions}
     raise ConfigError("--offset", f"expected earliest, latest, an offset or @ISO-TIMESTAMP, got {offset!r}")
 
@@ -90,8 +92,14 @@ def run(args, stdout=None) -> int:
     out = stdout if stdout is not None else sys.stdout.buffer
     render = compile_format(args.format)
     offset = "earliest" if args.from_beginning else args.offset
+    # Reject bad values before connecting.
     if offset.startswith("@"):
-        parse_timestamp_ms(offset[1:], "--offset")  # reject a bad value before connecting
+        parse_timestamp_ms(offset[1:], "--offset")
+    elif offset.isdigit():
+        check_range("--offset", int(offset), 0, INT64_MAX)
+    check_range("--partition", args.partition, 0, INT32_MAX)
+    check_range("--fetch-max-bytes", args.fetch_max_bytes, 1, INT32_MAX)
+    check_request_timeout(args)
     printed = 0
     with SimpleConsumer(args.bootstrap_server, request_timeout_ms=args.request_timeout_ms) as consumer:
         partitions = [args.partition] if args.partition is not None else consumer.partitions_for(args.topic)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 from datetime import datetime, timezone
 
-from pylog.cli.topics import add_bootstrap_argument
+from pylog.cli.topics import (
+    INT32_MAX, INT64_MAX, add_bootstrap_argument, check_range, check_request_timeout)
 from pylog.errors import ConfigError
 
 
@@ -33,6 +34,7 @@ def parse_timestamp_ms(text: str, option: str) -> int:
     """ISO-8601 (naive means UTC) or integer epoch milliseconds; ConfigError otherwise."""
     text = text.strip()
     if text.lstrip("-").isdigit():
+        check_range(option, int(text), -INT64_MAX - 1, INT64_MAX)
         return int(text)
     try:
         moment = datetime.fromisoformat(text)
@@ -59,6 +61,9 @@ def run(args) -> int:
 
     if args.time not in ("earliest", "latest"):
         parse_timestamp_ms(args.time, "--time")  # reject a bad value before connecting
+    for partition in args.partition or ():
+        check_range("--partition", partition, 0, INT32_MAX)
+    check_request_timeout(args)
     with SimpleConsumer(args.bootstrap_server, request_timeout_ms=args.request_timeout_ms) as consumer:
         partitions = args.partition or consumer.partitions_for(args.topic)
         for partition, offset in sorted(resolve_offsets(consumer, args.topic, partitions,

@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pylog.cli.topics import add_bootstrap_argument
-from pylog.errors import ConfigError
+from pylog.cli.topics import INT32_MAX, add_bootstrap_argument, check_range, check_request_timeout
+from pylog.errors import ConfigError, PylogError
 
 _CHECK_EVERY = 50_000
 
@@ -41,6 +41,10 @@ def run(args, stdin=None) -> int:
     separator = args.key_separator.encode() if args.key_separator else None
     if args.key_separator == "":
         raise ConfigError("--key-separator", "must not be empty")
+    check_range("--partition", args.partition, 0, INT32_MAX)
+    check_range("--linger-ms", args.linger_ms, 0, INT32_MAX)
+    check_range("--batch-size", args.batch_size, 1, INT32_MAX)
+    check_request_timeout(args)
     futures = []
     with Producer(args.bootstrap_server, acks=args.acks, linger_ms=args.linger_ms,
                   batch_size=args.batch_size, compression=args.compression,
@@ -67,4 +71,6 @@ def run(args, stdin=None) -> int:
 def _check(futures) -> None:
     failed = [f.exception() for f in futures if f.exception() is not None]
     if failed:
-        raise type(failed[0])(f"{len(failed)} of {len(futures)} records not delivered: {failed[0]}")
+        first = failed[0]
+        raise PylogError(f"{len(failed)} of {len(futures)} records not delivered: "
+                         f"{type(first).__name__}: {first}") from first

@@ -22,6 +22,22 @@ def add_bootstrap_argument(parser: argparse.ArgumentParser) -> None:
                         help="timeout of every network call (default 30000)")
 
 
+INT16_MAX = (1 << 15) - 1
+INT32_MAX = (1 << 31) - 1
+INT64_MAX = (1 << 63) - 1
+
+
+def check_range(option: str, value: int | None, low: int, high: int) -> None:
+    """ConfigError naming ``option`` unless ``value`` is None or in ``low..high`` (values
+    outside the wire type's range would otherwise fail deep inside the encoder)."""
+    if value is not None and not low <= value <= high:
+        raise ConfigError(option, f"must be between {low} and {high}, got {value}")
+
+
+def check_request_timeout(args) -> None:
+    check_range("--request-timeout-ms", args.request_timeout_ms, 1, INT32_MAX)
+
+
 def register(subparsers) -> None:
     parser = subparsers.add_parser("topics", help="create, list, describe or delete topics",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -51,6 +67,9 @@ def run(args) -> int:
 
     if args.action in ("create", "delete") and not args.topic:
         raise ConfigError("--topic", f"required for topics {args.action}")
+    check_range("--partitions", args.partitions, 1, INT32_MAX)
+    check_range("--replication-factor", args.replication_factor, -1, INT16_MAX)
+    check_request_timeout(args)
     configs = parse_configs(args.config)
     with Admin(args.bootstrap_server, request_timeout_ms=args.request_timeout_ms) as admin:
         if args.action == "create":

@@ -67,8 +67,12 @@ class LogManager:
     # -- loading --------------------------------------------------------------------------
 
     def _lock_dir(self, log_dir: Path) -> None:
-        log_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(log_dir / layout.LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(log_dir / layout.LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot use log dir {log_dir}: "
+                                    f"{exc.strerror or exc}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
