@@ -26,6 +26,14 @@ COORDINATOR_NOT_AVAILABLE = 15
 LEADER_NOT_AVAILABLE = 5
 UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_TOPIC = 17
+UNKNOWN_TOPIC_ID = 100
+
+
+def _unknown_topic_id(topic_id, version: int) -> dict:
+    """A topic asked for by id only (Metadata v10+): pylog topics have no ids."""
+    return {"error_code": UNKNOWN_TOPIC_ID, "name": None if version >= 12 else "",
+            "topic_id": topic_id, "is_internal": False, "partitions": [],
+            "topic_authorized_operations": -2147483648}
 
 
 class AdminHandlers:
@@ -44,12 +52,11 @@ class AdminHandlers:
     def metadata_request(self, body: dict, version: int) -> dict:
         requested = body["topics"]
         if requested is None or (version == 0 and not requested):
-            names = sorted(self.metadata.topics())
-        else:
-            names = [t["name"] for t in requested if t["name"] is not None]
+            requested = [{"name": name} for name in sorted(self.metadata.topics())]
         allow_create = (self.config["auto.create.topics.enable"]
                         and (version < 4 or body["allow_auto_topic_creation"]))
-        topics = [self._topic_metadata(name, allow_create) for name in names]
+        topics = [self._topic_metadata(t["name"], allow_create) if t["name"] is not None
+                  else _unknown_topic_id(t["topic_id"], version) for t in requested]
         live = self.metadata.brokers()
         return {
             "throttle_time_ms": 0,

@@ -2,6 +2,7 @@
 
 import struct
 import threading
+import uuid
 
 import pytest
 
@@ -11,6 +12,7 @@ from tests.broker.wire import WireClient, batch, create_body, fetch_body, produc
 
 CORRUPT_MESSAGE, UNKNOWN_TOPIC, OFFSET_OUT_OF_RANGE, MESSAGE_TOO_LARGE = 2, 3, 1, 10
 INVALID_TOPIC, UNSUPPORTED_VERSION, TOPIC_EXISTS, INVALID_CONFIG = 17, 35, 36, 40
+UNKNOWN_TOPIC_ID = 100
 
 
 @pytest.fixture
@@ -107,6 +109,20 @@ def test_unknown_and_invalid_topics(wire):
     meta = wire.call(ApiKey.METADATA, 8, {"topics": [{"name": "bad/name"}],
                                           "allow_auto_topic_creation": True})
     assert meta["topics"][0]["error_code"] == INVALID_TOPIC
+
+
+@pytest.mark.parametrize("version", [10, 11, 12])
+def test_metadata_for_topics_asked_by_id_only_says_unknown_topic_id(wire, version):
+    name = f"by-name-v{version}"
+    create(wire, name)
+    topic_id = uuid.UUID("0123456789abcdef0123456789abcdef")
+    meta = wire.call(ApiKey.METADATA, version, {
+        "topics": [{"topic_id": topic_id, "name": None}, {"name": name}],
+        "allow_auto_topic_creation": False})
+    by_id, by_name = meta["topics"]
+    assert by_id["error_code"] == UNKNOWN_TOPIC_ID and by_id["topic_id"] == topic_id
+    assert by_id["name"] == (None if version >= 12 else "") and by_id["partitions"] == []
+    assert by_name["error_code"] == 0 and by_name["name"] == name
 
 
 def test_fetch_out_of_range(wire):
