@@ -6,6 +6,11 @@ Other settings come from Spark's usual places: ``$SPARK_CONF_DIR/spark-defaults.
 (when SPARK_CONF_DIR is unset, the ``conf/`` directory next to the loader config is used
 if it holds a spark-defaults.conf). PYSPARK_PYTHON defaults to this interpreter.
 
+With no master from ``--master``, ``--conf spark.master=``, ``$MASTER`` or
+spark-defaults.conf, the master is ``local[*,4]``: local mode ignores
+``spark.task.maxFailures`` and only retries a failed task when the master says so
+(``local[N,F]``: N threads, F attempts per task).
+
     pylog load --config conf/loader.yaml
     pylog load --config conf/loader.yaml --since 2026-11-20T00:00:00Z --until 2026-11-21T00:00:00Z
     pylog load --config conf/loader.yaml --master yarn --conf spark.executor.instances=4
@@ -23,6 +28,9 @@ from pathlib import Path
 
 from pylog.errors import ConfigError
 
+DEFAULT_MASTER = "local[*,4]"
+"""Local mode with 4 attempts per task: plain ``local[*]`` never retries a failed task."""
+
 JOB_SCRIPT = """import sys
 from pylog.etl.cli_args import main
 sys.exit(main(sys.argv[1:]))
@@ -35,7 +43,8 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser("load", help="load topics into Parquet tables (spark-submit)",
                                    description="Load log partitions into Parquet tables exactly once.")
     add_load_arguments(parser)
-    parser.add_argument("--master", help="Spark master (default: from spark-defaults.conf, else local[*])")
+    parser.add_argument("--master", help="Spark master (default: from spark-defaults.conf, "
+                        f"else {DEFAULT_MASTER}: local mode that retries a failed task)")
     parser.add_argument("--deploy-mode", choices=["client", "cluster"], help="spark-submit --deploy-mode")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting, passed to spark-submit (repeatable)")
@@ -77,10 +86,30 @@ def zip_package(directory: Path) -> Path:
     return target
 
 
-def build_command(args, spark_submit: str, py_files: Path, script: Path) -> list[str]:
+def configured_master(args, env: dict[str, str]) -> str | None:
+    """The master Spark would use without ``--master``: --conf, $MASTER, spark-defaults.conf."""
+    for setting in args.conf:
+        key, _, value = setting.partition("=")
+        if key.strip() == "spark.master":
+            return value.strip()
+    if env.get("MASTER"):
+        return env["MASTER"]
+    if env.get("SPARK_CONF_DIR"):
+        defaults = Path(env["SPARK_CONF_DIR"]) / "spark-defaults.conf"
+        if defaults.is_file():
+            for line in defaults.read_text().splitlines():
+                parts = line.split(None, 1)
+                if len(parts) == 2 and parts[0] == "spark.master":
+                    return parts[1].strip()
+    return None
+
+
+def build_command(args, spark_submit: str, py_files: Path, script: Path,
+                  env: dict[str, str] | None = None) -> list[str]:
     command = [spark_submit, "--name", "pylog-load", "--py-files", str(py_files)]
-    if args.master:
-        command += ["--master", args.master]
+    master = args.master or (None if configured_master(args, env or {}) else DEFAULT_MASTER)
+    if master:
+        command += ["--master", master]
     if args.deploy_mode:
         command += ["--deploy-mode", args.deploy_mode]
     for setting in args.conf:
@@ -118,5 +147,7 @@ def run(args) -> int:
         directory = Path(scratch)
         script = directory / "load_log.py"
         script.write_text(JOB_SCRIPT)
-        command = build_command(args, spark_submit, zip_package(directory), script)
-        return subprocess.call(command, env=spark_environment(args.config))
+        env = spark_environment(args.config)
+        py_files = zip_package(directory)
+        command = build_command(args, spark_submit, py_files, script, env)
+        return subprocess.call(command, env=env)

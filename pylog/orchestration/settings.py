@@ -20,7 +20,8 @@ SPARK_CONF_DIR          spark-defaults.conf of the loads    <checkout>/conf
 ======================  ==================================  ===============================
 
 The Spark master comes from the connection, for example
-``AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[2]"}'``.
+``AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[2,4]"}'`` (local mode
+ignores ``spark.task.maxFailures``; ``local[N,F]`` gives a task F attempts).
 """
 
 from __future__ import annotations

@@ -40,6 +40,11 @@ def test_task_failing_first_attempt_is_retried(spark, mock_cluster, tmp_path):
     mock_cluster.produce("ev", events(0, 120))
     audits = run_load(config, spark, LoadRequest(run_id="retry", fault="fail_first_attempt"))
     assert audits[0].rows_written == 120
+    state = StateStore(config.state)
+    plan = state.read_plan("ev", "retry")
+    markers = [state.read_marker("ev", "retry", r) for r in plan.ranges]
+    assert len(markers) == 4 and all(m is not None for m in markers)
+    assert [m.attempt for m in markers] == [1] * 4  # every range failed once, done on the retry
     assert_exactly_once(spark, tmp_path / "warehouse", "ev", broker_records(mock_cluster.bootstrap, "ev"))
 
 
