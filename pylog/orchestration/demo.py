@@ -11,11 +11,14 @@
 
 Everything lives in one working directory, emptied at the start (so a second run starts
 from scratch) and kept afterwards for a look. The broker is stopped in a ``finally``:
-nothing keeps running.
+nothing keeps running. Any step that fails (the broker, producing, Airflow, the DAG run,
+one of the analyst's commands, the exactly-once check) ends the demo with a
+``demo FAILED: ...`` line and exit status 1; the last line of a good run is ``demo OK``.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -27,6 +30,8 @@ PARTITIONS = 4
 EVENTS = 6000
 HOURS = 6
 MARKER = ".pylog-demo"
+SPARK_MASTER = "local[2,4]"
+"""Two threads, up to four attempts per task (local mode ignores spark.task.maxFailures)."""
 
 PER_HOUR_SQL = ("SELECT strftime(date_trunc('hour', ts), '%Y-%m-%d %H:00') AS hour, count(*) AS views, "
                 "count(DISTINCT user_id) AS users FROM page_views GROUP BY 1 ORDER BY 1")
@@ -69,15 +74,33 @@ def write_demo_config(root: Path, workdir: Path, bootstrap: str) -> Path:
     return path
 
 
+class DemoStepFailed(PylogError):
+    """A step of the demonstration failed; the message says which and why."""
+
+
 def run_demo(workdir: Path, events: int = EVENTS, out=print) -> int:
     """Run the whole demonstration in ``workdir``; 0 when every step and check passed."""
+    root = checkout_root()
+    workdir = prepare_workdir(workdir)
+    out(f"pylog demo in {workdir}\n")
+    try:
+        config_path = _run_steps(root, workdir, events, out)
+    except Exception as exc:  # every failure ends in one readable line and status 1
+        out(f"demo FAILED: {exc}" if isinstance(exc, PylogError) else
+            f"demo FAILED: {type(exc).__name__}: {exc}")
+        return 1
+    out(f"\nTry it yourself:\n  .venv/bin/pylog query --config {config_path} \"SELECT url, count(*) FROM "
+        f"page_views GROUP BY url ORDER BY 2 DESC LIMIT 10\"")
+    out("demo OK")
+    return 0
+
+
+def _run_steps(root: Path, workdir: Path, events: int, out) -> Path:
+    """Steps 1-4 with the broker stopped at the end; DemoStepFailed when one fails."""
     from pylog.orchestration.local_airflow import LocalAirflow
     from pylog.orchestration.sample_events import page_views, produce
     from pylog.testing.broker import BrokerProcess
 
-    root = checkout_root()
-    workdir = prepare_workdir(workdir)
-    out(f"pylog demo in {workdir}\n")
     broker = BrokerProcess(workdir / "broker", {"num.partitions": PARTITIONS},
                            config_file=root / "conf" / "server.properties")
     try:
@@ -91,8 +114,10 @@ def run_demo(workdir: Path, events: int = EVENTS, out=print) -> int:
         config_path = write_demo_config(root, workdir, broker.bootstrap)
         airflow = LocalAirflow(workdir / "airflow", root / "dags",
                                {"PYLOG_LOADER_CONFIG": str(config_path),
-                                "PYLOG_METASTORE_DIR": str(workdir / "metastore")})
-        out("3. airflow db migrate; airflow dags test pylog_load (spark-submit on local[2]) ...")
+                                "PYLOG_METASTORE_DIR": str(workdir / "metastore"),
+                                "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(
+                                    {"conn_type": "spark", "host": SPARK_MASTER})})
+        out(f"3. airflow db migrate; airflow dags test pylog_load (spark-submit on {SPARK_MASTER}) ...")
         airflow.migrate()
         run = airflow.dags_test("pylog_load")
         (workdir / "airflow-dags-test.log").write_text(run.output)
@@ -100,30 +125,30 @@ def run_demo(workdir: Path, events: int = EVENTS, out=print) -> int:
             + ", ".join(f"{task} {state}" for task, state in run.task_states.items()))
         out(f"   (Airflow's output: {workdir / 'airflow-dags-test.log'})")
         if run.state != "success":
-            out("demo FAILED: the DAG run did not succeed")
-            return 1
-        ok = _show_analyst_view(config_path, len(views), out)
+            failed = [task for task, state in run.task_states.items() if state != "success"]
+            raise DemoStepFailed(f"the DAG run {run.run_id} ended {run.state} (tasks not successful: "
+                                 f"{', '.join(failed) or 'none'}; see {workdir / 'airflow-dags-test.log'})")
+        _show_analyst_view(config_path, len(views), out)
     finally:
         broker.stop()
-    out(f"\nTry it yourself:\n  .venv/bin/pylog query --config {config_path} \"SELECT url, count(*) FROM "
-        f"page_views GROUP BY url ORDER BY 2 DESC LIMIT 10\"")
-    out("demo OK" if ok else "demo FAILED")
-    return 0 if ok else 1
+    return config_path
 
 
-def _show_analyst_view(config_path: Path, produced: int, out) -> bool:
+def _show_analyst_view(config_path: Path, produced: int, out) -> None:
     from pylog.cli.main import main as pylog
 
     config = ["--config", str(config_path)]
-    out("\n4. what an analyst sees\n\n$ pylog tables")
-    pylog(["tables", *config])
-    out(f"\n$ pylog query \"{PER_HOUR_SQL}\"")
-    pylog(["query", *config, PER_HOUR_SQL])
-    out(f"\n$ pylog query \"{TOP_REFERRERS_SQL}\"")
-    pylog(["query", *config, TOP_REFERRERS_SQL])
-    out("\n$ pylog status")
-    pylog(["status", *config])
-    return _exactly_once(config_path, produced, out)
+    out("\n4. what an analyst sees")
+    for shown, argv in (("tables", ["tables", *config]),
+                        (f'query "{PER_HOUR_SQL}"', ["query", *config, PER_HOUR_SQL]),
+                        (f'query "{TOP_REFERRERS_SQL}"', ["query", *config, TOP_REFERRERS_SQL]),
+                        ("status", ["status", *config])):
+        out(f"\n$ pylog {shown}")
+        status = pylog(argv)
+        if status != 0:
+            raise DemoStepFailed(f"pylog {argv[0]} exited with status {status}")
+    if not _exactly_once(config_path, produced, out):
+        raise DemoStepFailed("the table does not hold every produced record exactly once")
 
 
 def _exactly_once(config_path: Path, produced: int, out) -> bool:

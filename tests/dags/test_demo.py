@@ -34,3 +34,13 @@ def test_the_demo_config_is_the_shipped_one_pointed_at_the_workdir(tmp_path):
     assert config.warehouse == (tmp_path / "warehouse").as_uri()
     assert config.state == (tmp_path / "state").as_uri()
     assert config.topics == shipped.topics
+
+
+def test_a_failing_analyst_command_fails_the_demo(tmp_path, capsys):
+    """An empty warehouse: ``pylog query`` fails, so the demo's step 4 fails with its status."""
+    from pylog.orchestration.demo import DemoStepFailed, _show_analyst_view
+
+    path = write_demo_config(checkout_root(), tmp_path, "127.0.0.1:9")
+    with pytest.raises(DemoStepFailed, match=r"pylog query exited with status 1"):
+        _show_analyst_view(path, 10, print)
+    assert "$ pylog status" not in capsys.readouterr().out
