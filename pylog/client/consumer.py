@@ -4,6 +4,10 @@ No groups, no committed offsets: the caller names topic, partition and offset, w
 what the loader needs to read exact offset ranges. Each request goes to the partition's
 leader; after NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION or a dead connection
 the consumer refreshes metadata, backs off and retries.
+
+``isolation_level="read_committed"`` reads a transactional source the way Kafka's
+read_committed consumers do: fetches stop at the last stable offset, ``latest_offset``
+is the last stable offset, and records of aborted transactions are not returned.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ from typing import Callable, Mapping
 from pylog.client.fetching import FetchRequester, PartitionOutOfRange
 from pylog.client.network import NetworkClient, check_error, with_retries
 from pylog.client.results import FetchResult, OffsetOutOfRange, RawFetchResult
-from pylog.errors import UnknownTopicOrPartitionError
+from pylog.client.transactions import ISOLATION_LEVELS, READ_UNCOMMITTED
+from pylog.errors import ConfigError, UnknownTopicOrPartitionError
 from pylog.protocol import ApiKey
 from pylog.records import Record, decode_columns
 from pylog.types import BrokerEndpoint, TopicPartition
@@ -34,21 +39,27 @@ class SimpleConsumer:
 
     Parameters: ``bootstrap_servers`` ("host:port,..." or a list), ``client_id``,
     ``request_timeout_ms`` (every network call), ``metadata_max_age_ms``, ``retries`` and
-    ``retry_backoff_ms`` for retriable errors. Errors: UnknownTopicOrPartitionError,
+    ``retry_backoff_ms`` for retriable errors, ``isolation_level`` ("read_uncommitted" or
+    "read_committed"). Errors: UnknownTopicOrPartitionError,
     OffsetOutOfRange, NetworkExceptionError (no broker reachable), RequestTimedOutError.
     """
 
     def __init__(self, bootstrap_servers: str | list[str], client_id: str = "pylog",
                  request_timeout_ms: int = 30000, metadata_max_age_ms: int = 300000, *,
                  retries: int = 5, retry_backoff_ms: int = 100,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 isolation_level: str = READ_UNCOMMITTED) -> None:
+        if isolation_level not in ISOLATION_LEVELS:
+            raise ConfigError("isolation_level", f"{isolation_level!r} is not one of "
+                                                 f"{', '.join(ISOLATION_LEVELS)}")
+        self._isolation = ISOLATION_LEVELS[isolation_level]
         self._network = NetworkClient(bootstrap_servers, client_id=client_id,
                                       request_timeout_ms=request_timeout_ms,
                                       metadata_max_age_ms=metadata_max_age_ms)
         self._retries = retries
         self._backoff_s = retry_backoff_ms / 1000
         self._sleep = sleep
-        self._fetcher = FetchRequester(self._network, self._retry)
+        self._fetcher = FetchRequester(self._network, self._retry, self._isolation)
 
     def _retry(self, action):
         return with_retries(action, network=self._network, retries=self._retries,
@@ -71,7 +82,8 @@ class SimpleConsumer:
         return self._list_offsets(topic, {partition: EARLIEST})[partition]
 
     def latest_offset(self, topic: str, partition: int) -> int:
-        """The high watermark: the offset the next record will get."""
+        """The high watermark (the offset the next record will get); with read_committed,
+        the last stable offset (the first offset of a transaction still open)."""
         return self._list_offsets(topic, {partition: LATEST})[partition]
 
     def offsets_for_times(self, topic: str, timestamps: Mapping[int, int]) -> dict[int, int | None]:
@@ -91,7 +103,7 @@ class SimpleConsumer:
             by_leader.setdefault(self._network.leader_id(TopicPartition(topic, partition)), []).append(partition)
         offsets: dict[int, int] = {}
         for leader, partitions in by_leader.items():
-            body = {"replica_id": -1, "isolation_level": 0, "timeout_ms": int(self._network.timeout_s * 1000),
+            body = {"replica_id": -1, "isolation_level": self._isolation, "timeout_ms": int(self._network.timeout_s * 1000),
                     "topics": [{"name": topic, "partitions": [
                         {"partition_index": p, "timestamp": timestamps[p], "current_leader_epoch": -1}
                         for p in partitions]}]}

@@ -3,7 +3,9 @@
 Partitions answered without error are kept; partitions with a retriable error
 (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, ...) stay pending and are retried
 after a metadata refresh; OFFSET_OUT_OF_RANGE raises PartitionOutOfRange so the caller
-can look the valid range up.
+can look the valid range up. With isolation level 1 (read_committed) the broker stops at
+the last stable offset and the batches of aborted transactions are emptied here (see
+:mod:`pylog.client.transactions`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Callable
 
 from pylog.client.network import NetworkClient, check_error
 from pylog.client.results import RawFetchResult
+from pylog.client.transactions import drop_aborted
 from pylog.errors import KafkaError, OffsetOutOfRangeError, RetriableError
 from pylog.protocol import ApiKey
 from pylog.types import TopicPartition
@@ -30,9 +33,10 @@ class PartitionOutOfRange(OffsetOutOfRangeError):
 class FetchRequester:
     """Runs Fetch requests for a SimpleConsumer."""
 
-    def __init__(self, network: NetworkClient, retry: Callable) -> None:
+    def __init__(self, network: NetworkClient, retry: Callable, isolation_level: int = 0) -> None:
         self._network = network
         self._retry = retry
+        self._isolation_level = isolation_level
 
     def fetch(self, offsets: dict[TopicPartition, int], max_bytes: int, max_wait_ms: int,
               min_bytes: int) -> dict[TopicPartition, RawFetchResult]:
@@ -45,7 +49,8 @@ class FetchRequester:
                 by_leader.setdefault(self._network.leader_id(tp), []).append(tp)
             error: KafkaError | None = None
             for leader, tps in by_leader.items():
-                body = self._request_body({tp: pending[tp] for tp in tps}, max_bytes, max_wait_ms, min_bytes)
+                body = self._request_body({tp: pending[tp] for tp in tps}, max_bytes, max_wait_ms, min_bytes,
+                                          self._isolation_level)
                 response = self._network.request_to(leader, ApiKey.FETCH, body)
                 check_error(response.get("error_code", 0), "Fetch")
                 error = self._collect(response, pending, results) or error
@@ -57,14 +62,14 @@ class FetchRequester:
 
     @staticmethod
     def _request_body(offsets: dict[TopicPartition, int], max_bytes: int, max_wait_ms: int,
-                      min_bytes: int) -> dict:
+                      min_bytes: int, isolation_level: int) -> dict:
         topics: dict[str, list] = {}
         for tp, offset in offsets.items():
             topics.setdefault(tp.topic, []).append({
                 "partition": tp.partition, "fetch_offset": offset, "current_leader_epoch": -1,
                 "log_start_offset": -1, "partition_max_bytes": min(max_bytes, _MAX_INT32)})
         return {"replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes,
-                "max_bytes": min(max_bytes * len(offsets), _MAX_INT32), "isolation_level": 0,
+                "max_bytes": min(max_bytes * len(offsets), _MAX_INT32), "isolation_level": isolation_level,
                 "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
                 "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
 
@@ -85,9 +90,9 @@ class FetchRequester:
                     self._network.mark_stale()
                     retriable = cls(f"Fetch {tp}: {cls.name}")
                     continue
-                records = p["records"]
-                results[tp] = RawFetchResult(tp.topic, tp.partition,
-                                             bytes(records) if records is not None else b"",
-                                             p["high_watermark"], p["log_start_offset"])
+                records = bytes(p["records"]) if p["records"] is not None else b""
+                records = drop_aborted(records, p.get("aborted_transactions") if self._isolation_level else None)
+                results[tp] = RawFetchResult(tp.topic, tp.partition, records, p["high_watermark"],
+                                             p["log_start_offset"], p.get("last_stable_offset", -1))
                 del pending[tp]
         return retriable

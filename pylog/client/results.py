@@ -27,13 +27,18 @@ class FetchResult:
 
 @dataclass(frozen=True, slots=True)
 class RawFetchResult:
-    """Undecoded fetch result: back-to-back v2 batches, the last one possibly partial."""
+    """Undecoded fetch result: back-to-back v2 batches, the last one possibly partial.
+
+    With read_committed, batches of aborted transactions come back empty (same offsets,
+    no records) and the records end at ``last_stable_offset``.
+    """
 
     topic: str
     partition: int
     records: bytes
     high_watermark: int
     log_start_offset: int
+    last_stable_offset: int = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,23 +5,27 @@ Scheduled load: check the bad-record threshold, then write the new offsets snaps
 marker. A crash between them is finished by a rerun: a snapshot carrying the run id
 means the run committed.
 
-Backfill: check the threshold, write the swap journal (the partitions to replace),
-then per partition move the live directory to the run's trash and the staged one into
-place. A rerun replays the journal, skipping partitions already swapped. The committed
-offsets are never touched.
+A scheduled plan commits only on top of the offsets snapshot it was planned from, and
+never moves a committed offset backwards (:mod:`pylog.etl.freshness`); a stale plan
+raises StalePlanError and is not committed.
+
+Backfill: check the threshold, then replace the window's partitions by offset range and
+swap them in under a journal (:mod:`pylog.etl.swap`). A rerun replays the journal,
+skipping partitions already swapped. The committed offsets are never touched.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 
-from pylog.etl import faults
 from pylog.etl.config import TopicConfig
 from pylog.etl.errors import BadRecordThresholdError, LoaderError
+from pylog.etl.freshness import check_forward, check_fresh
 from pylog.etl.fs import Storage
-from pylog.etl.layout import staging_root, table_root, trash_root
+from pylog.etl.layout import staging_root, trash_root
 from pylog.etl.model import AuditEntry, OffsetsSnapshot, PartitionAudit, TablePlan, TaskDoneMarker
 from pylog.etl.state import StateStore
+from pylog.etl.swap import replace_partitions
 
 
 def commit(state: StateStore, warehouse: Storage, plan: TablePlan, config: TopicConfig,
@@ -33,11 +37,13 @@ def commit(state: StateStore, warehouse: Storage, plan: TablePlan, config: Topic
     check_threshold(plan, config, markers)
     replaced: list[str] = []
     if plan.kind == "backfill":
-        replaced = _swap_partitions(state, warehouse, plan, config, fault)
+        replaced = replace_partitions(state, warehouse, plan, config, markers, fault)
     else:
         snapshot = state.offsets_snapshot(plan.table)
         if snapshot is None or snapshot.run_id != plan.run_id:
+            check_fresh(plan, snapshot)
             offsets = dict(snapshot.offsets) if snapshot else {}
+            check_forward(plan, offsets, plan.end_offsets)
             offsets.update(plan.end_offsets)
             state.write_offsets(OffsetsSnapshot(plan.table, plan.topic, plan.run_id, state.now_ms(), offsets))
     audit = build_audit(state, plan, markers, replaced)
@@ -61,40 +67,6 @@ def check_threshold(plan: TablePlan, config: TopicConfig, markers: list[TaskDone
             f"topics.{config.topic}.max_bad_records {config.max_bad_records}, max_bad_ratio "
             f"{config.max_bad_ratio}); they are in table {config.quarantine_table}. Offsets were not "
             f"committed: fix the producer or raise the limit, then rerun run id {plan.run_id!r}.")
-
-
-def _swap_partitions(state: StateStore, warehouse: Storage, plan: TablePlan,
-                     config: TopicConfig, fault: str | None) -> list[str]:
-    journal = state.read_swap(plan.table, plan.run_id)
-    if journal is None:
-        journal = [[table, *parts]
-                   for table in (plan.table, config.quarantine_table)
-                   for parts in _partition_dirs(warehouse, staging_root(warehouse, plan.run_id, table))]
-        state.write_swap(plan.table, plan.run_id, journal)
-    for table, *parts in journal:
-        staged = warehouse.child(staging_root(warehouse, plan.run_id, table), *parts)
-        if not warehouse.exists(staged):
-            continue  # swapped before a crash
-        live = warehouse.child(table_root(warehouse, table), *parts)
-        trash = warehouse.child(trash_root(warehouse, plan.run_id, table), *parts)
-        if warehouse.exists(live):
-            warehouse.delete(trash)
-            warehouse.move(live, trash)
-        warehouse.move(staged, live)
-        faults.fail_at("mid_swap", fault)
-    # Hive partition specs for the audit, e.g. "page_views dt=2026-11-20/hr=07".
-    return [f"{table} {'/'.join(parts)}" for table, *parts in journal]
-
-
-def _partition_dirs(warehouse: Storage, root: str) -> list[tuple[str, ...]]:
-    """``(dt=..., hr=...)`` of every leaf partition directory under ``root``."""
-    found = []
-    for dt in warehouse.list_dir(root):
-        if not dt.startswith("dt="):
-            continue
-        hours = [h for h in warehouse.list_dir(warehouse.child(root, dt)) if h.startswith("hr=")]
-        found += [(dt, hr) for hr in hours] if hours else [(dt,)]
-    return found
 
 
 def build_audit(state: StateStore, plan: TablePlan, markers: list[TaskDoneMarker],

@@ -10,9 +10,10 @@ Trino and pyarrow::
 or a rerun writes the same names and replaces its own files instead of adding copies.
 With ``partitioning: [dt]`` the ``hr=`` level is absent.
 
-A backfill writes the same layout under ``<warehouse>/_staging/<run>/<table>/`` and at
-commit swaps each staged partition directory into the table, moving the old one to
-``<warehouse>/_trash/<run>/<table>/`` (deleted once the run is committed). Names starting
+A backfill writes the same layout under ``<warehouse>/_staging/<run>/<table>/``; at
+commit it adds the live rows it did not re-read to each window partition there (see
+:mod:`pylog.etl.swap`) and swaps the staged directory into the table, moving the old one
+to ``<warehouse>/_trash/<run>/<table>/`` (deleted once the run is committed). Names starting
 with ``_`` are outside every table, so readers never see staging or trash.
 """
 

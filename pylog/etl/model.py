@@ -63,6 +63,11 @@ class TablePlan:
     window_ms: tuple[int, int] | None = None
     """Backfill only: the event-time window [since, until), whole hours."""
     notes: tuple[str, ...] = ()
+    base_run_id: str | None = None
+    """Run id of the offsets snapshot the plan was made from (None: no snapshot yet)."""
+    base_offsets: dict[int, int] | None = None
+    """That snapshot's offsets; a scheduled plan commits only on top of exactly these.
+    None in plans written before the field existed."""
 
     def to_json(self) -> bytes:
         return to_json(self)
@@ -77,7 +82,8 @@ class TablePlan:
             start_offsets=_int_keys(raw["start_offsets"]), end_offsets=_int_keys(raw["end_offsets"]),
             gaps=tuple(OffsetGap(**g) for g in raw["gaps"]),
             window_ms=tuple(raw["window_ms"]) if raw["window_ms"] else None,
-            notes=tuple(raw.get("notes", ())))
+            notes=tuple(raw.get("notes", ())), base_run_id=raw.get("base_run_id"),
+            base_offsets=_int_keys(raw["base_offsets"]) if raw.get("base_offsets") is not None else None)
 
 
 @dataclass(frozen=True, slots=True)

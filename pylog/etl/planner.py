@@ -3,7 +3,12 @@
 Scheduled load: per partition from the committed offset (or the new-partition policy)
 to the latest offset. Backfill: per partition from the offset at ``since`` to the offset
 at ``until``, but never past the scheduled load's committed offset -- records after it are
-the scheduled load's to write, so the two never write the same record twice.
+the scheduled load's to write, so the two never write the same record twice. The commit
+replaces exactly these offset ranges (:mod:`pylog.etl.swap`), so records outside them keep
+their rows whatever their timestamps.
+
+Every plan records the offsets snapshot it was made from (``base_run_id``,
+``base_offsets``); a scheduled plan is only committed on top of that snapshot.
 
 Ranges longer than ``max_records_per_task`` offsets are split. Ranges are ordered by
 the partition leader's broker id, so a scheduler can group them by broker; each task
@@ -27,7 +32,8 @@ def split_range(topic: str, partition: int, start: int, end: int, max_records: i
 
 
 def plan_scheduled(run_id: str, config: TopicConfig, consumer, state: StateStore) -> TablePlan:
-    committed = state.committed_offsets(config.table)
+    base = state.offsets_snapshot(config.table)
+    committed = dict(base.offsets) if base else {}
     starts, ends, gaps, notes = {}, {}, [], []
     for partition in sorted(consumer.partitions_for(config.topic)):
         earliest = consumer.earliest_offset(config.topic, partition)
@@ -48,12 +54,13 @@ def plan_scheduled(run_id: str, config: TopicConfig, consumer, state: StateStore
             notes.append(f"partition {partition} is new: starting at {start} "
                          f"({config.new_partitions.kind})")
         starts[partition], ends[partition] = start, latest
-    return _plan(run_id, SCHEDULED, config, consumer, state, starts, ends, gaps, notes, None)
+    return _plan(run_id, SCHEDULED, config, consumer, state, starts, ends, gaps, notes, None, base)
 
 
 def plan_backfill(run_id: str, config: TopicConfig, consumer, state: StateStore,
                   window_ms: tuple[int, int]) -> TablePlan:
-    committed = state.committed_offsets(config.table)
+    base = state.offsets_snapshot(config.table)
+    committed = dict(base.offsets) if base else {}
     partitions = sorted(consumer.partitions_for(config.topic))
     # Offsets are found by log time; with a payload event time, read a margin on each side
     # (the tasks keep only rows whose event time is in the window).
@@ -73,10 +80,10 @@ def plan_backfill(run_id: str, config: TopicConfig, consumer, state: StateStore,
         end = latest if end is None or end < 0 else end
         end = min(end, committed[partition])
         starts[partition], ends[partition] = start, max(start, end)
-    return _plan(run_id, BACKFILL, config, consumer, state, starts, ends, [], notes, window_ms)
+    return _plan(run_id, BACKFILL, config, consumer, state, starts, ends, [], notes, window_ms, base)
 
 
-def _plan(run_id, kind, config, consumer, state, starts, ends, gaps, notes, window_ms) -> TablePlan:
+def _plan(run_id, kind, config, consumer, state, starts, ends, gaps, notes, window_ms, base) -> TablePlan:
     ranges: list[TaskRange] = []
     for partition, start in starts.items():
         if ends[partition] > start:
@@ -86,7 +93,9 @@ def _plan(run_id, kind, config, consumer, state, starts, ends, gaps, notes, wind
     ranges.sort(key=lambda r: (r.leader_id, r.topic, r.partition, r.start))
     return TablePlan(run_id=run_id, kind=kind, table=config.table, topic=config.topic,
                      created_at_ms=state.now_ms(), ranges=tuple(ranges), start_offsets=starts,
-                     end_offsets=ends, gaps=tuple(gaps), window_ms=window_ms, notes=tuple(notes))
+                     end_offsets=ends, gaps=tuple(gaps), window_ms=window_ms, notes=tuple(notes),
+                     base_run_id=base.run_id if base else None,
+                     base_offsets=dict(base.offsets) if base else {})
 
 
 def _new_partition_start(config: TopicConfig, consumer, partition: int, earliest: int, latest: int) -> int:

@@ -1,10 +1,11 @@
 """The map task: load one offset range of one partition into the table.
 
 Runs on an executor and imports only pylog and pyarrow. Steps: skip if the range's done
-marker exists; fetch ``[start, end)`` by offset through ``SimpleConsumer`` (which finds
-the partition's current leader from metadata); decode each fetch in bulk; write Parquet
-per table partition under the range's deterministic names; write the done marker with
-the counts. Records are counted as they are read: offsets have gaps.
+marker exists; for a scheduled load, refuse a stale plan (another run committed since
+it was planned: its files would duplicate that run's); fetch ``[start, end)`` by offset
+through ``SimpleConsumer`` (which finds the partition's current leader from metadata);
+decode each fetch in bulk; write Parquet per table partition under the range's
+deterministic names; write the done marker with the counts. Records are counted as they are read: offsets have gaps.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pylog.etl import faults
 from pylog.etl.config import SourceConfig, TopicConfig
 from pylog.etl.decode import QUARANTINE_SCHEMA, DecodedRows, decode_records, table_schema
 from pylog.etl.errors import LoaderError, RetentionGapError
+from pylog.etl.freshness import check_fresh
 from pylog.etl.fs import Storage
 from pylog.etl.layout import staging_root, table_root
 from pylog.etl.model import BACKFILL, OffsetGap, TaskDoneMarker, TaskRange
@@ -62,6 +64,10 @@ def run_task(spec: TaskSpec, attempt: int = 0) -> TaskDoneMarker:
     existing = state.read_marker(table, spec.run_id, spec.range)
     if existing is not None:
         return existing
+    if spec.kind != BACKFILL:  # scheduled tasks write into the live table: never from a stale plan
+        plan = state.read_plan(table, spec.run_id)
+        if plan is not None:
+            check_fresh(plan, state.offsets_snapshot(table))
     faults.stall_task(spec.fault, spec.index)
     started = time.monotonic()
     gaps: list[OffsetGap] = []
