@@ -8,8 +8,12 @@ strings with ``/`` itself.
 Writes are atomic for readers: the bytes go to ``.<name>.<random>.tmp`` in the target
 directory, then a rename puts them in place. Readers skip names starting with ``.`` or
 ``_`` (Spark and Hive do too), so a crash leaves at most an ignored temporary file.
-On HDFS a rename does not replace an existing file, so replacing deletes first; readers
-may see the name missing for a moment, never a partial file.
+On HDFS a rename does not replace an existing file, so :meth:`Storage.write_atomic`
+replaces by delete + rename there: readers may see the name missing for a moment (and
+for good after a crash between the two), never a partial file. State that must never
+go missing (committed offsets, the pending run, the table lock) is therefore never
+replaced: it is written as new files with :meth:`Storage.create_exclusive` (see
+:mod:`pylog.etl.state`).
 """
 
 from __future__ import annotations
@@ -131,9 +135,13 @@ class Storage(ABC):
 
 
 class ArrowStorage(Storage):
-    """file:// and hdfs:// through pyarrow.fs."""
+    """file:// and hdfs:// through pyarrow.fs.
 
-    def __init__(self, uri: str) -> None:
+    ``atomic_replace`` says whether a rename may replace an existing file (local disks);
+    when False (HDFS, the default there) replacing deletes the target first.
+    """
+
+    def __init__(self, uri: str, atomic_replace: bool | None = None) -> None:
         try:
             fs, root = pafs.FileSystem.from_uri(uri)
         except Exception as exc:  # pyarrow raises ArrowInvalid, OSError ... for bad URIs
@@ -141,6 +149,7 @@ class ArrowStorage(Storage):
         super().__init__(uri, root.rstrip("/") or "/")
         self.fs = fs
         self.local = isinstance(fs, pafs.LocalFileSystem)
+        self.atomic_replace = self.local if atomic_replace is None else atomic_replace
 
     def read_bytes(self, path: str) -> bytes:
         info = self.fs.get_file_info(path)
@@ -180,8 +189,11 @@ class ArrowStorage(Storage):
             stream.write(data)
 
     def _replace(self, src: str, dst: str) -> None:
-        if not self.local and self.exists(dst):
+        if not self.atomic_replace and self.exists(dst):
             self.fs.delete_file(dst)
+        self._rename(src, dst)
+
+    def _rename(self, src: str, dst: str) -> None:
         self.fs.move(src, dst)
 
     def _rename_no_replace(self, src: str, dst: str) -> bool:
@@ -194,7 +206,7 @@ class ArrowStorage(Storage):
         if self.exists(dst):
             return False
         try:
-            self.fs.move(src, dst)  # HDFS rename refuses an existing destination
+            self._rename(src, dst)  # HDFS rename refuses an existing destination
             return True
         except OSError:
             return False

@@ -3,10 +3,14 @@
 ``run_load(config, spark, request)`` is what ``jobs/load_log.py`` (spark-submit) calls.
 A run works table by table through the same steps:
 
-1. take the table's lock (the same run id takes back its own lock after a crash);
+1. take the table's lock (a live holder is never taken over, even one of the same run id;
+   see :mod:`pylog.etl.locks`);
 2. finish a pending run of another id first (its files may already be in the table);
 3. reuse this run id's plan, or plan and write it before any task starts;
 4. run one Spark task per range without a done marker, then commit.
+
+Every state write of the driver first checks that the run still holds the lock (its
+token), and a heartbeat that finds the lock taken over stops the run before it commits.
 """
 
 from __future__ import annotations
@@ -77,12 +81,14 @@ def run_load(config: LoaderConfig, spark, request: LoadRequest) -> list[AuditEnt
     state = StateStore(config.state)
     warehouse = Storage.from_uri(config.warehouse)
     consumer = SimpleConsumer(list(config.source.bootstrap_servers), client_id=config.source.client_id,
-                              request_timeout_ms=config.source.request_timeout_ms)
+                              request_timeout_ms=config.source.request_timeout_ms,
+                              isolation_level="read_committed")
     audits = []
     try:
         for topic in config.select(list(request.topics) if request.topics else None):
-            with _TableLock(state, topic.table, run_id, request.kind, config.lock_timeout_seconds):
-                audits += _load_table(config, spark, request, run_id, topic, state, warehouse, consumer)
+            with _TableLock(state, topic.table, run_id, request.kind, config.lock_timeout_seconds) as lock:
+                audits += _load_table(config, spark, request, run_id, topic, state.guarded(lock.check),
+                                      warehouse, consumer)
     finally:
         consumer.close()
     return audits
@@ -95,7 +101,7 @@ def _load_table(config, spark, request, run_id, topic, state, warehouse, consume
         plan = state.read_plan(topic.table, pending)
         if plan is not None:
             log.warning("table %s: finishing run %s first (planned, not committed)", topic.table, pending)
-            audits.append(_execute(config, spark, plan, topic, state, warehouse, request.fault, run_id))
+            audits.append(_execute(config, spark, plan, topic, state, warehouse, request.fault))
     if state.is_committed(topic.table, run_id):
         audit = state.audit_for_run(topic.table, run_id)
         return audits + ([audit] if audit else [])
@@ -110,7 +116,7 @@ def _load_table(config, spark, request, run_id, topic, state, warehouse, consume
         raise LoaderError(f"run id {run_id!r} is a {plan.kind} run of table {topic.table}; "
                           f"it cannot be rerun as a {request.kind}")
     faults.kill_driver_at("after_plan", request.fault)
-    return audits + [_execute(config, spark, plan, topic, state, warehouse, request.fault, run_id)]
+    return audits + [_execute(config, spark, plan, topic, state, warehouse, request.fault)]
 
 
 def _window(request: LoadRequest, topic: TopicConfig, state: StateStore) -> tuple[int, int]:
@@ -127,7 +133,7 @@ def _iso(ms: int) -> str:
 
 
 def _execute(config: LoaderConfig, spark, plan: TablePlan, topic: TopicConfig, state: StateStore,
-             warehouse: Storage, fault: str | None, lock_owner: str) -> AuditEntry:
+             warehouse: Storage, fault: str | None) -> AuditEntry:
     specs = [TaskSpec(plan.run_id, plan.kind, index, r, topic, config.source, config.warehouse,
                       config.state, plan.window_ms, fault)
              for index, r in enumerate(plan.ranges)]
@@ -144,10 +150,7 @@ def _execute(config: LoaderConfig, spark, plan: TablePlan, topic: TopicConfig, s
     if missing:
         raise LoaderError(f"table {plan.table}: tasks finished without done markers for {missing}")
     faults.kill_driver_at("before_commit", fault)
-    held = state.read_lock(plan.table)
-    if held is None or held.run_id != lock_owner:
-        raise TableLockedError(f"table {plan.table}: run {lock_owner!r} lost its lock "
-                               f"(now {held.run_id if held else 'free'!r}) before committing; rerun it")
+    # ``state`` is guarded by the table lock: each commit step re-verifies our token.
     return commit(state, warehouse, plan, topic, markers, fault)
 
 
@@ -187,11 +190,16 @@ def _task_error(exc: Exception) -> str:
 
 
 class _TableLock:
-    """Holds the table lock for a ``with`` block and refreshes its heartbeat meanwhile."""
+    """Holds the table lock for a ``with`` block and refreshes its heartbeat meanwhile.
+
+    :meth:`check` raises TableLockedError once the lock is lost (seen by a heartbeat, or
+    by reading the lock file now); the driver calls it before every state write.
+    """
 
     def __init__(self, state: StateStore, table: str, run_id: str, kind: str, timeout_s: float) -> None:
         self.state, self.table, self.run_id, self.kind, self.timeout_s = state, table, run_id, kind, timeout_s
         self._stop = threading.Event()
+        self.lost: TableLockedError | None = None
 
     def __enter__(self) -> "_TableLock":
         self.lock = self.state.acquire_lock(self.table, self.run_id, self.kind, self.timeout_s)
@@ -203,13 +211,22 @@ class _TableLock:
         while not self._stop.wait(max(self.timeout_s / 4, 0.5)):
             try:
                 self.lock = self.state.heartbeat(self.lock, self.table)
-            except Exception:  # noqa: BLE001 -- logged; the commit re-checks nothing, the lock just ages
+            except TableLockedError as exc:
+                log.error("table %s: %s", self.table, exc)
+                self.lost = exc
+                return
+            except Exception:  # noqa: BLE001 -- a storage blip: the next beat tries again
                 log.exception("table %s: lock heartbeat failed", self.table)
+
+    def check(self) -> None:
+        if self.lost is not None:
+            raise self.lost
+        self.state.verify_lock(self.table, self.lock)
 
     def __exit__(self, *exc_info) -> None:
         self._stop.set()
         self._thread.join()
-        self.state.release_lock(self.table, self.run_id)
+        self.state.release_lock(self.table, self.lock)
 
 
 class _MidTaskKiller:

@@ -197,6 +197,8 @@ class TableLock:
     pid: int
     acquired_at_ms: int
     heartbeat_at_ms: int
+    token: str = ""
+    """Unique per holder: a rerun of the same run id gets a new one."""
 
     def to_json(self) -> bytes:
         return to_json(self)

@@ -1,17 +1,33 @@
 """The loader's state store: plans, task-done markers, committed offsets, audits, locks.
 
 Everything is a small JSON file written with temp + rename (see :mod:`pylog.etl.fs`).
-Layout under the state URI::
+The files whose absence would change what a run does are never replaced (on HDFS a
+replace is delete + rename, and a crash between the two would lose the file): committed
+offsets and the pending run are *versioned* -- each write creates the next
+``<seq>.json`` exclusively and readers take the highest -- and the lock file is created
+exclusively and only ever deleted by whoever ends its generation. Layout under the
+state URI::
 
-    tables/<table>/offsets.json                  OffsetsSnapshot: the scheduled load's
-                                                 committed offsets (the commit point)
-    tables/<table>/lock.json                     TableLock: the run working on the table
-    tables/<table>/pending.json                  run id of a planned, uncommitted run
+    tables/<table>/offsets/<seq>.json            OffsetsSnapshot: the scheduled load's
+                                                 committed offsets (the commit point);
+                                                 the highest <seq> is current
+    tables/<table>/pending/<seq>.json            {"run_id": id or null}: a planned,
+                                                 uncommitted run (written before its plan)
+    tables/<table>/lock.json                     TableLock: the run working on the table,
+                                                 with a token unique to the holder
+    tables/<table>/lock-beats/<token>.<ms>.beat  the holder's heartbeats (newest counts)
+    tables/<table>/lock-ends/<token>             created exclusively by the one process
+                                                 that ends a lock generation (release or
+                                                 breaking a stale lock) before it deletes
+                                                 lock.json
     tables/<table>/runs/<run>/plan.json          TablePlan, written before tasks start
     tables/<table>/runs/<run>/done/<range>.json  TaskDoneMarker per finished range
     tables/<table>/runs/<run>/swap.json          backfill: the partitions being replaced
     tables/<table>/runs/<run>/committed.json     the run is finished
     tables/<table>/audit/<committed_at_ms>-<run>.json   AuditEntry
+
+``offsets.json`` and ``pending.json`` of earlier versions are still read when no
+versioned file exists yet.
 
 ``<run>`` is the run id with characters outside ``[A-Za-z0-9._-]`` replaced (plus a short
 hash when anything was replaced), so Airflow's run ids are valid HDFS names.
@@ -26,20 +42,22 @@ Python API for schedulers and analysts::
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
-import os
 import re
-import socket
 import time
 from typing import Callable
 
-from pylog.etl.errors import TableLockedError
+from pylog.etl.errors import LoaderError
 from pylog.etl.fs import Storage
+from pylog.etl.locks import TableLocks
 from pylog.etl.model import AuditEntry, OffsetsSnapshot, TableLock, TablePlan, TaskDoneMarker, TaskRange
 
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
+_VERSION = re.compile(r"^\d{12}\.json$")
+KEEP_VERSIONS = 10
 
 
 def run_dir_name(run_id: str) -> str:
@@ -53,9 +71,12 @@ def run_dir_name(run_id: str) -> str:
 class StateStore:
     """Reads and writes the loader's state under a URI (file://, hdfs://, webhdfs://)."""
 
-    def __init__(self, uri: str, clock: Callable[[], float] = time.time) -> None:
-        self.storage = Storage.from_uri(uri)
+    def __init__(self, uri: str, clock: Callable[[], float] = time.time,
+                 storage: Storage | None = None) -> None:
+        self.storage = storage or Storage.from_uri(uri)
         self.clock = clock
+        self.locks = TableLocks(self.storage, self._table, self.now_ms)
+        self._guard: Callable[[], None] | None = None
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -72,7 +93,7 @@ class StateStore:
 
     def offsets_snapshot(self, table: str) -> OffsetsSnapshot | None:
         """The last committed offsets snapshot of a table, or None before its first load."""
-        return self._read(self._table(table, "offsets.json"), OffsetsSnapshot.from_json)
+        return self._read_latest(table, "offsets", OffsetsSnapshot.from_json)
 
     def committed_offsets(self, table: str) -> dict[int, int]:
         """``{partition: next offset to load}`` committed by the scheduled load; {} if none.
@@ -86,7 +107,9 @@ class StateStore:
         return dict(snapshot.offsets) if snapshot else {}
 
     def write_offsets(self, snapshot: OffsetsSnapshot) -> None:
-        self.storage.write_atomic(self._table(snapshot.table, "offsets.json"), snapshot.to_json())
+        """Commit ``snapshot`` as the next version (the previous ones stay readable)."""
+        self._check_guard()
+        self._write_next(snapshot.table, "offsets", snapshot.to_json())
 
     # -- plans and markers ---------------------------------------------------------------
 
@@ -94,18 +117,25 @@ class StateStore:
         return self._read(self._run(table, run_id, "plan.json"), TablePlan.from_json)
 
     def write_plan(self, plan: TablePlan) -> None:
+        """Record the run as pending, then write its plan.
+
+        In this order a plan never exists without being pending: a crash in between
+        leaves a pending run id without a plan, which the next run ignores.
+        """
+        self._check_guard()
+        if self.pending_run(plan.table) != plan.run_id:
+            self._write_next(plan.table, "pending", json.dumps({"run_id": plan.run_id}).encode())
         self.storage.write_atomic(self._run(plan.table, plan.run_id, "plan.json"), plan.to_json())
-        self.storage.write_atomic(self._table(plan.table, "pending.json"),
-                                  json.dumps({"run_id": plan.run_id}).encode())
 
     def pending_run(self, table: str) -> str | None:
         """Run id of a planned run that has not committed yet (it must finish first)."""
-        raw = self._read(self._table(table, "pending.json"), json.loads)
+        raw = self._read_latest(table, "pending", json.loads)
         return raw["run_id"] if raw else None
 
     def clear_pending(self, table: str, run_id: str) -> None:
+        self._check_guard()
         if self.pending_run(table) == run_id:
-            self.storage.delete(self._table(table, "pending.json"))
+            self._write_next(table, "pending", json.dumps({"run_id": None}).encode())
 
     def marker_path(self, table: str, run_id: str, task_range: TaskRange) -> str:
         return self._run(table, run_id, "done", f"{task_range.name}.json")
@@ -125,6 +155,7 @@ class StateStore:
         return raw["partitions"] if raw else None
 
     def write_swap(self, table: str, run_id: str, partitions: list[list[str]]) -> None:
+        self._check_guard()
         self.storage.write_atomic(self._run(table, run_id, "swap.json"),
                                   json.dumps({"partitions": partitions}).encode())
 
@@ -132,12 +163,14 @@ class StateStore:
         return self.storage.exists(self._run(table, run_id, "committed.json"))
 
     def mark_committed(self, table: str, run_id: str) -> None:
+        self._check_guard()
         self.storage.write_atomic(self._run(table, run_id, "committed.json"),
                                   json.dumps({"run_id": run_id, "at_ms": self.now_ms()}).encode())
 
     # -- audits --------------------------------------------------------------------------
 
     def write_audit(self, entry: AuditEntry) -> None:
+        self._check_guard()
         name = f"{entry.committed_at_ms:013d}-{run_dir_name(entry.run_id)}.json"
         for existing in self.storage.list_dir(self._table(entry.table, "audit")):
             if existing.endswith(f"-{run_dir_name(entry.run_id)}.json"):
@@ -176,60 +209,58 @@ class StateStore:
                 return table
         return table_or_topic
 
-    # -- locks ---------------------------------------------------------------------------
+    # -- locks: see pylog.etl.locks --------------------------------------------------------
 
     def read_lock(self, table: str) -> TableLock | None:
-        return self._read(self._table(table, "lock.json"), TableLock.from_json)
+        """The table's lock with its newest heartbeat, or None when the table is free."""
+        return self.locks.read(table)
 
     def acquire_lock(self, table: str, run_id: str, kind: str, timeout_s: float) -> TableLock:
-        """Take the table for ``run_id``; the same run id takes back its own lock.
-
-        A lock whose heartbeat is older than ``timeout_s`` belongs to a dead run and is
-        broken. Raises TableLockedError naming the holder when a live run holds it.
-        """
-        path = self._table(table, "lock.json")
-        now = self.now_ms()
-        mine = TableLock(run_id, kind, socket.gethostname(), os.getpid(), now, now)
-        for _ in range(3):
-            if self.storage.create_exclusive(path, mine.to_json()):
-                return mine
-            held = self.read_lock(table)
-            if held is None:
-                continue
-            if held.run_id == run_id:
-                self.storage.write_atomic(path, mine.to_json())
-                return mine
-            age_s = (now - held.heartbeat_at_ms) / 1000
-            if age_s <= timeout_s:
-                raise TableLockedError(
-                    f"table {table} is locked by {held.kind} run {held.run_id!r} (host {held.host}, "
-                    f"pid {held.pid}, last heartbeat {age_s:.0f}s ago); a {kind} load of the same "
-                    f"table cannot run at the same time. Retry when it has finished "
-                    f"(a dead run's lock expires after {timeout_s:.0f}s).")
-            self._break_lock(path)
-        raise TableLockedError(f"table {table}: could not take the lock at {path}")
-
-    def _break_lock(self, path: str) -> None:
-        stale = self.storage.child(self.storage.parent(path), f".lock.stale.{self.now_ms()}")
-        try:
-            self.storage.move(path, stale)  # only one breaker's rename succeeds
-        except OSError:
-            return
-        self.storage.delete(stale)
+        """Take the table for ``run_id``; raises TableLockedError naming a live holder."""
+        return self.locks.acquire(table, run_id, kind, timeout_s)
 
     def heartbeat(self, lock: TableLock, table: str) -> TableLock:
         """Refresh our lock's heartbeat; raises TableLockedError if it was taken from us."""
-        held = self.read_lock(table)
-        if held is None or held.run_id != lock.run_id or held.pid != lock.pid:
-            raise TableLockedError(f"table {table}: the lock of run {lock.run_id!r} was taken over")
-        fresh = TableLock(lock.run_id, lock.kind, lock.host, lock.pid, lock.acquired_at_ms, self.now_ms())
-        self.storage.write_atomic(self._table(table, "lock.json"), fresh.to_json())
-        return fresh
+        return self.locks.heartbeat(table, lock)
 
-    def release_lock(self, table: str, run_id: str) -> None:
-        held = self.read_lock(table)
-        if held is not None and held.run_id == run_id:
-            self.storage.delete(self._table(table, "lock.json"))
+    def verify_lock(self, table: str, lock: TableLock) -> None:
+        """Raise TableLockedError unless ``lock`` (its token) still holds the table."""
+        self.locks.verify(table, lock)
+
+    def release_lock(self, table: str, lock: TableLock) -> None:
+        """Give the table up if ``lock`` still holds it (else nothing)."""
+        self.locks.release(table, lock)
+
+    def guarded(self, check: Callable[[], None]) -> "StateStore":
+        """This store, calling ``check`` (e.g. verify our lock) before every driver write."""
+        view = copy.copy(self)
+        view._guard = check
+        return view
+
+    def _check_guard(self) -> None:
+        if self._guard is not None:
+            self._guard()
+
+    # -- versioned files -----------------------------------------------------------------
+
+    def _read_latest(self, table: str, kind: str, parse):
+        """Parse the highest ``<kind>/<seq>.json`` (or the older ``<kind>.json``); None if none."""
+        directory = self._table(table, kind)
+        versions = [n for n in self.storage.list_dir(directory) if _VERSION.match(n)]
+        if versions:
+            return parse(self.storage.read_bytes(self.storage.child(directory, versions[-1])))
+        return self._read(self._table(table, f"{kind}.json"), parse)
+
+    def _write_next(self, table: str, kind: str, data: bytes) -> None:
+        """Create the next version exclusively and prune old ones (the newest few stay)."""
+        directory = self._table(table, kind)
+        versions = [n for n in self.storage.list_dir(directory) if _VERSION.match(n)]
+        seq = int(versions[-1].split(".")[0]) + 1 if versions else 1
+        if not self.storage.create_exclusive(self.storage.child(directory, f"{seq:012d}.json"), data):
+            raise LoaderError(f"table {table}: {kind} version {seq} was written by another run at the "
+                              f"same time; two runs are working on the table (check its lock)")
+        for name in versions[:-(KEEP_VERSIONS - 1) or None]:
+            self.storage.delete(self.storage.child(directory, name))
 
     def _read(self, path: str, parse):
         try:

@@ -70,18 +70,20 @@ def test_lock_refuses_live_holder_and_breaks_stale_one(tmp_path):
     lock = state.acquire_lock("tbl", "sched-1", "scheduled", timeout_s=60)
     with pytest.raises(TableLockedError, match="sched-1"):
         state.acquire_lock("tbl", "backfill-1", "backfill", timeout_s=60)
-    assert state.acquire_lock("tbl", "sched-1", "scheduled", timeout_s=60).run_id == "sched-1"
+    with pytest.raises(TableLockedError, match=f"already running .*pid {lock.pid}"):
+        state.acquire_lock("tbl", "sched-1", "scheduled", timeout_s=60)  # its holder is alive
     clock.now += 30
     lock = state.heartbeat(lock, "tbl")
+    assert state.read_lock("tbl").heartbeat_at_ms == lock.heartbeat_at_ms
     clock.now += 45  # 45 s since the heartbeat: still live
     with pytest.raises(TableLockedError):
         state.acquire_lock("tbl", "backfill-1", "backfill", timeout_s=60)
     clock.now += 30
     taken = state.acquire_lock("tbl", "backfill-1", "backfill", timeout_s=60)
-    assert state.read_lock("tbl") == taken
+    assert state.read_lock("tbl") == taken and taken.token != lock.token
     with pytest.raises(TableLockedError):
         state.heartbeat(lock, "tbl")
-    state.release_lock("tbl", "sched-1")  # not ours any more: nothing happens
-    assert state.read_lock("tbl").run_id == "backfill-1"
-    state.release_lock("tbl", "backfill-1")
+    state.release_lock("tbl", lock)  # not ours any more: nothing happens
+    assert state.read_lock("tbl") == taken
+    state.release_lock("tbl", taken)
     assert state.read_lock("tbl") is None
