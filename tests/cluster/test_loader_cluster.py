@@ -1,17 +1,28 @@
-"""The loader against a three-broker cluster: tasks grouped by leader, exactly once."""
+"""The loader against a three-broker cluster: tasks grouped by leader, exactly once.
+
+The loader issue's cases run here against three broker processes: a clean and an
+incremental load with a task failing its first attempt, a backfill, a moved leader, the
+driver SIGKILLed (through ``pylog load`` and spark-submit) at each fault point and rerun,
+a retention gap under ``fail`` and ``earliest``, and quarantine with its threshold.
+"""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+import time
 import uuid
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
-from pylog.client import Admin
-from pylog.etl.errors import LoaderError
+from pylog.client import Admin, SimpleConsumer
+from pylog.etl.errors import BadRecordThresholdError, LoaderError, RetentionGapError
 from pylog.etl.job import LoadRequest, run_load
 from pylog.etl.state import StateStore
-from pylog.testing.spark import local_spark
+from pylog.testing.spark import local_spark, spark_env
 from tests.cluster.cluster_helpers import LocalCluster
 from tests.cluster.conftest import wait_until
 from tests.etl.helpers import assert_exactly_once, broker_records, events, produce, write_config
@@ -20,7 +31,8 @@ from tests.etl.helpers import assert_exactly_once, broker_records, events, produ
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, zookeeper):
     connect = f"{zookeeper.connect_string}/loader-{uuid.uuid4().hex[:8]}"
-    local = LocalCluster(tmp_path_factory.mktemp("brokers"), connect).start()
+    local = LocalCluster(tmp_path_factory.mktemp("brokers"), connect,
+                         extra={"log.retention.check.interval.ms": 100}).start()
     yield local
     local.close()
 
@@ -48,6 +60,9 @@ def test_loads_exactly_once_from_three_brokers_across_a_broker_crash(cluster, tm
     produce(cluster.bootstrap(), "ev", events(240, 60), partitions=6)
     second = run_load(config, spark, LoadRequest(run_id="r2", fault="fail_first_attempt"))
     assert second[0].records_fetched == 60
+    state = StateStore(config.state)
+    retried = [state.read_marker("ev", "r2", r) for r in state.read_plan("ev", "r2").ranges]
+    assert retried and [m.attempt for m in retried] == [1] * len(retried)  # done on the retry
     held = broker_records(cluster.bootstrap(), "ev")
     assert len(held) == 300
     assert_exactly_once(spark, tmp_path / "warehouse", "ev", held)
@@ -104,3 +119,118 @@ def test_tasks_find_a_leader_that_moved_after_planning(cluster, tmp_path):
     audits = run_load(config, spark, LoadRequest(run_id="m1"))  # the same plan, finished
     assert_exactly_once(spark, tmp_path / "warehouse", "moves",
                         broker_records(cluster.bootstrap(), "moves"))
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def create_spread_topic(cluster: LocalCluster, topic: str, configs: dict[str, str] | None = None) -> None:
+    """``topic`` with 3 partitions, partition p led by broker 1 + p (one per broker)."""
+    with Admin(cluster.bootstrap()) as admin:
+        admin.create_topic(topic, num_partitions=3, configs=configs)
+    wait_until(lambda: cluster.leaders(1, topic) == {p: 1 + p for p in range(3)},
+               message=f"leaders of {topic}")
+
+
+@pytest.mark.parametrize("fault", ["after_plan", "mid_tasks", "before_commit"])
+def test_killed_load_then_rerun_through_the_cluster(cluster, tmp_path, fault):
+    """SIGKILL of ``pylog load`` (spark-submit, its JVM and driver) at a fault point, then rerun."""
+    spark = local_spark()
+    topic = f"crash_{fault}"
+    create_spread_topic(cluster, topic)
+    produce(cluster.bootstrap(), topic, events(0, 120), partitions=3)
+    config = write_config(tmp_path, cluster.bootstrap(2), topic=topic, max_records_per_task=20)
+    state = StateStore(config.state)
+
+    env = spark_env()
+    env.update(PYLOG_FAULT=fault, SPARK_CONF_DIR=str(REPO / "conf"))
+    killed = subprocess.run(
+        [sys.executable, "-m", "pylog.cli.main", "load", "--config", config.path, "--run-id", "c1",
+         "--master", "local[2]"],
+        env=env, capture_output=True, text=True, timeout=300, start_new_session=True)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    plan = state.read_plan(topic, "c1")
+    assert plan is not None and len(plan.ranges) == 6  # 3 partitions x 40 records in 20s
+    assert {r.leader_id for r in plan.ranges} == {1, 2, 3}
+    done = state.count_markers(topic, "c1")
+    assert {"after_plan": done == 0, "mid_tasks": 0 < done < 6, "before_commit": done == 6}[fault]
+    assert state.committed_offsets(topic) == {} and state.list_audits(topic) == []
+
+    audits = run_load(config, spark, LoadRequest(run_id="c1"))
+    assert audits[0].records_fetched == 120 and audits[0].rows_written == 120
+    assert state.committed_offsets(topic) == {0: 40, 1: 40, 2: 40}
+    assert_exactly_once(spark, tmp_path / "warehouse", topic, broker_records(cluster.bootstrap(), topic))
+
+
+def log_starts_past(bootstrap: str, topic: str, offset: int, partitions: int, timeout_s: float = 60):
+    """Each partition's log start once retention moved it past ``offset`` and it settled."""
+    deadline = time.monotonic() + timeout_s
+    history: list[tuple[int, ...]] = []
+    with SimpleConsumer(bootstrap) as consumer:
+        while True:
+            history.append(tuple(consumer.earliest_offset(topic, p) for p in range(partitions)))
+            if min(history[-1]) > offset and len(history) >= 5 and len(set(history[-5:])) == 1:
+                return dict(enumerate(history[-1]))
+            if time.monotonic() > deadline:
+                raise AssertionError(f"retention did not move every log start past {offset}: {history[-1]}")
+            time.sleep(0.3)
+
+
+def test_retention_gap_fail_then_earliest_through_the_cluster(cluster, tmp_path):
+    spark = local_spark()
+    topic = "trimmed"
+    create_spread_topic(cluster, topic, {"segment.bytes": "2048", "retention.bytes": "8192"})
+    produce(cluster.bootstrap(), topic, events(0, 90), 3)
+    config = write_config(tmp_path, cluster.bootstrap(3), topic=topic)
+    run_load(config, spark, LoadRequest(run_id="r1"))
+    first = broker_records(cluster.bootstrap(), topic)
+    state = StateStore(config.state)
+    assert state.committed_offsets(topic) == {0: 30, 1: 30, 2: 30}
+
+    produce(cluster.bootstrap(), topic, events(90, 1800), 3, flush_every=60)
+    starts = log_starts_past(cluster.bootstrap(), topic, 30, 3)
+
+    with pytest.raises(RetentionGapError) as info:
+        run_load(config, spark, LoadRequest(run_id="r2"))
+    found = re.search(rf"topic {topic} partition (\d): records \[30, (\d+)\)", str(info.value))
+    assert found and int(found[2]) == starts[int(found[1])], str(info.value)
+    assert state.committed_offsets(topic) == {0: 30, 1: 30, 2: 30}
+
+    lenient = write_config(tmp_path, cluster.bootstrap(3), topic=topic, on_retention_gap="earliest")
+    audits = run_load(lenient, spark, LoadRequest(run_id="r3"))
+    assert sorted((g.partition, g.start, g.end) for g in audits[-1].gaps) == [
+        (p, 30, starts[p]) for p in range(3)]
+    held = broker_records(cluster.bootstrap(), topic)
+    assert audits[-1].records_fetched == len(held) == sum(630 - starts[p] for p in range(3))
+    assert state.committed_offsets(topic) == {0: 630, 1: 630, 2: 630}
+    assert_exactly_once(spark, tmp_path / "warehouse", topic, set(first) | set(held))
+
+
+def test_quarantine_and_threshold_through_the_cluster(cluster, tmp_path):
+    spark = local_spark()
+    topic = "bad"
+    create_spread_topic(cluster, topic)
+    values = events(0, 90)
+    bad_indexes = {4, 20, 61}  # partitions 1, 2 and 1
+    for i in bad_indexes:
+        values[i] = b"{not json" if i != 61 else b'{"user": "x", "n": "not a number"}'
+    produce(cluster.bootstrap(), topic, values, 3)
+    held = broker_records(cluster.bootstrap(), topic)
+    bad_keys = {(topic, i % 3, i // 3) for i in bad_indexes}
+    assert {held[k] for k in bad_keys} == {values[i] for i in bad_indexes}
+
+    strict = write_config(tmp_path, cluster.bootstrap(1), topic=topic, max_bad_records=2,
+                          max_bad_ratio=1.0, max_records_per_task=10)
+    with pytest.raises(BadRecordThresholdError, match="3 of 90"):
+        run_load(strict, spark, LoadRequest(run_id="q1"))
+    assert StateStore(strict.state).committed_offsets(topic) == {}
+
+    relaxed = write_config(tmp_path, cluster.bootstrap(1), topic=topic, max_bad_records=3,
+                           max_bad_ratio=0.5, max_records_per_task=10)
+    audits = run_load(relaxed, spark, LoadRequest(run_id="q1"))  # the same run id, now committed
+    assert audits[0].quarantined == 3 and audits[0].rows_written == 87
+    assert_exactly_once(spark, tmp_path / "warehouse", topic, held, quarantined=bad_keys)
+    quarantine = spark.read.parquet(str(tmp_path / "warehouse" / f"{topic}_quarantine")).collect()
+    assert {(r["_topic"], r["_partition"], r["_offset"]) for r in quarantine} == bad_keys
+    assert {bytes(r["_value"]) for r in quarantine} == {values[i] for i in bad_indexes}
+    assert all(r["_error"] for r in quarantine)
