@@ -14,6 +14,7 @@ closes that connection and only that one.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -76,10 +77,26 @@ class Parked:
         return self.work.partitions
 
     def attempt(self, final: bool) -> Reply | None:
-        body = self.work.attempt(final)
-        if body is None:
-            return None
-        return _reply(ApiKey.FETCH, self.api_version, self.correlation_id, body)
+        with _one_line_failures(ApiKey.FETCH, self.api_version):
+            body = self.work.attempt(final)
+            if body is None:
+                return None
+            return _reply(ApiKey.FETCH, self.api_version, self.correlation_id, body)
+
+
+@contextlib.contextmanager
+def _one_line_failures(api_key: int, version: int):
+    """A request the decoder accepted but a handler could not answer closes its
+    connection with one line; the traceback is logged only at DEBUG."""
+    try:
+        yield
+    except (CloseConnection, OSError):
+        raise
+    except Exception as error:
+        name = MESSAGES[api_key].name
+        log.debug("handling %s v%d failed", name, version, exc_info=True)
+        raise CloseConnection(f"cannot handle {name} v{version}: "
+                              f"{type(error).__name__}: {error}") from None
 
 
 def _reply(api_key: int, version: int, correlation_id: int, body: dict) -> Reply:
@@ -120,21 +137,13 @@ class Dispatcher:
         except InvalidRequestError as error:
             raise CloseConnection(f"malformed {MESSAGES[api_key].name} v{version}: {error}") \
                 from None
-        try:
+        with _one_line_failures(api_key, version):
             body = self._handle(api_key, version, request.body)
             if body is None:
                 return None
             if isinstance(body, FetchWork):
                 return self._first_attempt(body, version, correlation_id)
             return _reply(api_key, version, correlation_id, body)
-        except (CloseConnection, OSError):
-            raise
-        except Exception as error:
-            # A request the decoder accepted but a handler could not answer: close this
-            # connection with one line; the traceback is for debugging only.
-            log.debug("handling %s v%d failed", MESSAGES[api_key].name, version, exc_info=True)
-            raise CloseConnection(f"cannot handle {MESSAGES[api_key].name} v{version}: "
-                                  f"{type(error).__name__}: {error}") from None
 
     def _served(self, api_key: int, version: int) -> bool:
         low, high = SERVED_VERSIONS.get(api_key, (0, -1))
