@@ -94,6 +94,7 @@ def replace_partitions(state: StateStore, warehouse: Storage, plan: TablePlan, c
                 action = _stage_kept_rows(warehouse, plan, table, parts, ranges)
                 if action is not None:
                     journal.append([table, action, *parts])
+        faults.fail_at("before_swap_journal", fault)  # test-only: the merge is redone
         state.write_swap(plan.table, plan.run_id, journal)
     entries = [_entry(raw) for raw in journal]
     for table, action, parts in entries:
@@ -135,7 +136,10 @@ def _stage_kept_rows(warehouse: Storage, plan: TablePlan, table: str, parts: tup
     """
     live = warehouse.child(table_root(warehouse, table), *parts)
     staged = warehouse.child(staging_root(warehouse, plan.run_id, table), *parts)
-    staged_names = set(_data_files(warehouse, staged))
+    # The backfill's own files are named after its ranges; other staged files are kept rows
+    # written by an earlier attempt of this step, which this one rewrites the same way.
+    ours = {f"{r.name}.parquet" for r in plan.ranges}
+    staged_names = {n for n in _data_files(warehouse, staged) if n in ours}
     new_names = set(staged_names)
     live_names = _data_files(warehouse, live)
     for name in live_names:

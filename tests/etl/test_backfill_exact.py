@@ -40,7 +40,10 @@ def test_log_time_not_monotonic(spark, broker, tmp_path):
     committed = state.committed_offsets(topic)
     warehouse = tmp_path / "warehouse"
 
-    audits = run_load(config, spark, LoadRequest(run_id="b1", since_ms=T08, until_ms=T09))
+    window = dict(since_ms=T08, until_ms=T09)
+    with pytest.raises(LoaderError, match="injected failure at before_swap_journal"):
+        run_load(config, spark, LoadRequest(run_id="b1", fault="before_swap_journal", **window))
+    audits = run_load(config, spark, LoadRequest(run_id="b1", **window))  # merges again
     assert audits[-1].rows_written == 10  # offsets at 08:00 .. 09:00 hold the first ten of hour 08
     assert_exactly_once(spark, warehouse, topic, held)
     assert state.committed_offsets(topic) == committed
