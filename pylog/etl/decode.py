@@ -71,7 +71,7 @@ def decode_records(config: TopicConfig, partition: int, offsets: list[int], time
         return DecodedRows(rows, pa.array(timestamps, pa.int64()), QUARANTINE_SCHEMA.empty_table())
     payload, bad = parse_json_values(values, payload_schema(config))
     good = _without(len(values), bad)
-    kept_meta = meta.take(good) if bad else meta
+    kept_meta = meta.take(pa.array(good, pa.int64())) if bad else meta
     rows = pa.Table.from_arrays(payload.columns + kept_meta.columns, schema=table_schema(config))
     event_ms, missing = _event_time(config, rows)
     if missing:

@@ -31,7 +31,7 @@ from pylog.etl.errors import InjectedFault
 
 FAULT_ENV = "PYLOG_FAULT"
 POINTS = ("after_plan", "mid_tasks", "before_commit", "fail_first_attempt", "fail_later_tasks",
-          "mid_swap")
+          "mid_swap", "before_swap_journal")
 
 
 def from_env() -> str | None:

@@ -24,7 +24,8 @@ from typing import Mapping
 
 from pylog.errors import PylogError
 
-SPARK_LOCAL_CONNECTION = json.dumps({"conn_type": "spark", "host": "local[2]"})
+# local[N,F]: local mode retries a failed task only when F (attempts) is given.
+SPARK_LOCAL_CONNECTION = json.dumps({"conn_type": "spark", "host": "local[2,4]"})
 
 
 class AirflowCommandError(PylogError):
