@@ -54,3 +54,11 @@ def test_raw_format_keeps_bytes():
     assert decoded.rows.column("value").to_pylist() == [b"\x00\x01", None]
     assert decoded.rows.schema.field("_timestamp").type == pa.timestamp("ms", tz="UTC")
     assert decoded.quarantine.num_rows == 0
+
+
+def test_a_fetch_of_only_bad_records_goes_wholly_to_quarantine():
+    values = [b"not json", b"{broken", b"[1, 2]"]
+    decoded = decode_records(topic(), 1, [4, 5, 9], [1, 2, 3], [None, None, b"k"], values)
+    assert decoded.rows.num_rows == 0
+    assert decoded.quarantine.column("_offset").to_pylist() == [4, 5, 9]
+    assert decoded.quarantine.column("_value").to_pylist() == values
