@@ -11,11 +11,11 @@ or after it, or -1 when there is none.
 from __future__ import annotations
 
 import argparse
-from datetime import datetime, timezone
 
 from pylog.cli.topics import (
     INT32_MAX, INT64_MAX, add_bootstrap_argument, check_range, check_request_timeout)
 from pylog.errors import ConfigError
+from pylog.timestamps import epoch_ms
 
 
 def register(subparsers) -> None:
@@ -37,13 +37,10 @@ def parse_timestamp_ms(text: str, option: str) -> int:
         check_range(option, int(text), -INT64_MAX - 1, INT64_MAX)
         return int(text)
     try:
-        moment = datetime.fromisoformat(text)
+        return epoch_ms(text)
     except ValueError:
         raise ConfigError(option, f"{text!r} is not an ISO-8601 timestamp "
                                   "(for example 2024-05-01T12:00:00Z) or epoch milliseconds") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return int(moment.timestamp() * 1000)
 
 
 def resolve_offsets(consumer, topic: str, partitions: list[int], when: str, option: str) -> dict[int, int]:

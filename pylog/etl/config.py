@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from pylog.errors import ConfigError
+from pylog.timestamps import epoch_ms
 
 # Payload types a JSON schema may declare, by the name used in loader.yaml.
 SCHEMA_TYPES = ("string", "int32", "int64", "float32", "float64", "bool", "timestamp", "date")
@@ -264,15 +264,7 @@ def _parse_new_partitions(raw: Any, key: str) -> NewPartitionPolicy:
 
 def parse_timestamp_ms(value: Any) -> int:
     """ISO-8601 (``2026-11-20T00:00:00Z``; no zone means UTC) or a datetime -> epoch ms."""
-    if isinstance(value, datetime):
-        moment = value
-    elif isinstance(value, str):
-        moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    else:
-        raise ValueError(f"not a timestamp: {value!r}")
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return int(moment.timestamp() * 1000)
+    return epoch_ms(value)
 
 
 def _mapping(raw: Any, key: str) -> dict:
