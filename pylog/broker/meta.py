@@ -14,12 +14,12 @@ belongs to another broker id is refused.
 from __future__ import annotations
 
 import base64
-import os
 import uuid
 from pathlib import Path
 
 from pylog.broker.config import parse_properties
 from pylog.errors import ConfigError
+from pylog.log.checkpoint import write_text_atomically
 
 META_FILE = "meta.properties"
 
@@ -38,12 +38,7 @@ def read_meta(log_dir: Path) -> dict[str, str] | None:
 
 def write_meta(log_dir: Path, broker_id: int, cluster_id: str) -> None:
     log_dir.mkdir(parents=True, exist_ok=True)
-    temporary = log_dir / (META_FILE + ".tmp")
-    with open(temporary, "w") as out:
-        out.write(f"version=0\nbroker.id={broker_id}\ncluster.id={cluster_id}\n")
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(temporary, log_dir / META_FILE)
+    write_text_atomically(log_dir / META_FILE, f"version=0\nbroker.id={broker_id}\ncluster.id={cluster_id}\n")
 
 
 def ensure_meta(log_dirs: list[Path], broker_id: int, cluster_id: str | None = None) -> str:

@@ -12,7 +12,6 @@ leaves either the old or the new state::
 from __future__ import annotations
 
 import json
-import os
 import threading
 from pathlib import Path
 from typing import Callable, Mapping
@@ -22,6 +21,7 @@ from pylog.cluster.placement import validate_topic_name
 from pylog.errors import (
     InvalidPartitionsError, InvalidReplicationFactorError, KafkaStorageError,
     TopicAlreadyExistsError, UnknownTopicOrPartitionError)
+from pylog.log.checkpoint import write_text_atomically
 from pylog.types import BrokerEndpoint
 
 STATE_FILE = "topics.json"
@@ -132,9 +132,4 @@ class StandaloneMetadata:
             name: {"partitions": t.num_partitions, "configs": dict(t.configs)}
             for name, t in sorted(topics.items())}}
         self._path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self._path.with_name(self._path.name + ".tmp")
-        with open(temporary, "w") as out:
-            json.dump(state, out, indent=1)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, self._path)
+        write_text_atomically(self._path, json.dumps(state, indent=1))

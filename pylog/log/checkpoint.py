@@ -47,13 +47,7 @@ class OffsetCheckpointFile:
     def write(self, offsets: Mapping[TopicPartition, int]) -> None:
         lines = [str(VERSION), str(len(offsets))]
         lines += [f"{tp.topic} {tp.partition} {offset}" for tp, offset in sorted(offsets.items())]
-        temp = self.path.with_name(self.path.name + TEMP_SUFFIX)
-        with open(temp, "w", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temp, self.path)
-        fsync_directory(self.path.parent)
+        write_text_atomically(self.path, "\n".join(lines) + "\n")
 
     def read(self) -> dict[TopicPartition, int]:
         """Return the offsets; {} if the file does not exist. Raises CorruptCheckpointError."""
@@ -82,6 +76,20 @@ class OffsetCheckpointFile:
         except CorruptCheckpointError as exc:
             log.warning("ignoring %s", exc)
             return {}
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text``: write ``<name>.tmp``, fsync, rename, fsync the directory.
+
+    A crash at any point leaves either the old file or the new one, never a mix.
+    """
+    temp = path.with_name(path.name + TEMP_SUFFIX)
+    with open(temp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temp, path)
+    fsync_directory(path.parent)
 
 
 def fsync_directory(directory: Path) -> None:
