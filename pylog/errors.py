@@ -228,6 +228,8 @@ InvalidRequestError: type[KafkaError] = globals()["InvalidRequestError"]
 UnsupportedCompressionTypeError: type[KafkaError] = globals()["UnsupportedCompressionTypeError"]
 KafkaStorageError: type[KafkaError] = globals()["KafkaStorageError"]
 InvalidRecordError: type[KafkaError] = globals()["InvalidRecordError"]
+CoordinatorNotAvailableError: type[KafkaError] = globals()["CoordinatorNotAvailableError"]
+UnknownTopicIdError: type[KafkaError] = globals()["UnknownTopicIdError"]
 
 
 def raise_for_code(code: int, message: str | None = None) -> None:

@@ -16,17 +16,18 @@ from pylog.broker.partitions import PartitionLogs
 from pylog.cluster.metadata import NO_LEADER, ClusterMetadata
 from pylog.cluster.placement import validate_topic_name
 from pylog.errors import (
-    ConfigError, InvalidConfigError, InvalidPartitionsError, InvalidReplicaAssignmentError,
-    KafkaError, TopicAlreadyExistsError, TopicDeletionDisabledError)
+    ConfigError, CoordinatorNotAvailableError, InvalidConfigError, InvalidPartitionsError, InvalidReplicaAssignmentError,
+    InvalidTopicError, KafkaError, LeaderNotAvailableError, TopicAlreadyExistsError,
+    TopicDeletionDisabledError, UnknownTopicIdError, UnknownTopicOrPartitionError)
 from pylog.protocol import MESSAGES
 
 log = logging.getLogger(__name__)
 
-COORDINATOR_NOT_AVAILABLE = 15
-LEADER_NOT_AVAILABLE = 5
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_TOPIC = 17
-UNKNOWN_TOPIC_ID = 100
+COORDINATOR_NOT_AVAILABLE = CoordinatorNotAvailableError.errno
+LEADER_NOT_AVAILABLE = LeaderNotAvailableError.errno
+UNKNOWN_TOPIC_OR_PARTITION = UnknownTopicOrPartitionError.errno
+INVALID_TOPIC = InvalidTopicError.errno
+UNKNOWN_TOPIC_ID = UnknownTopicIdError.errno
 
 
 def _unknown_topic_id(topic_id, version: int) -> dict:

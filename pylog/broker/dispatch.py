@@ -24,7 +24,7 @@ from pylog.broker.admin import AdminHandlers
 from pylog.broker.fetch import FetchWork, close_regions, handle_list_offsets, start_fetch
 from pylog.broker.partitions import PartitionLogs
 from pylog.broker.produce import handle_produce
-from pylog.errors import InvalidRequestError, KafkaError, UnsupportedVersionError
+from pylog.errors import InvalidRequestError, UnsupportedVersionError
 from pylog.protocol import (
     MESSAGES, ApiKey, decode_request, encode_response_chunks, peek_header)
 
@@ -47,7 +47,7 @@ SERVED_VERSIONS: dict[int, tuple[int, int]] = {
 GROUP_APIS = {ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT,
               ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP, ApiKey.DESCRIBE_GROUPS,
               ApiKey.LIST_GROUPS, ApiKey.FIND_COORDINATOR}
-UNSUPPORTED_VERSION = 35
+UNSUPPORTED_VERSION = UnsupportedVersionError.errno
 
 
 class CloseConnection(Exception):
