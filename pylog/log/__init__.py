@@ -5,8 +5,11 @@
 """
 
 from pylog.log.config import LogConfig
+from pylog.log.leader_epoch import EpochEntry, LeaderEpochCache
 from pylog.log.log import Log, LogClosedError
 from pylog.log.manager import LogManager
 from pylog.log.results import AppendInfo, FileRegion, ReadResult
+from pylog.log.validation import UnexpectedAppendOffsetError
 
-__all__ = ["AppendInfo", "FileRegion", "Log", "LogClosedError", "LogConfig", "LogManager", "ReadResult"]
+__all__ = ["AppendInfo", "EpochEntry", "FileRegion", "LeaderEpochCache", "Log", "LogClosedError",
+           "LogConfig", "LogManager", "ReadResult", "UnexpectedAppendOffsetError"]

@@ -1,12 +1,18 @@
-"""Offset checkpoint files: one offset per partition, rewritten whole by temp file + rename.
+"""Checkpoint files: small text files of entries, rewritten whole by temp file + rename.
 
-Used for ``recovery-point-offset-checkpoint`` (everything below the offset is fsynced, so
-recovery starts there) and ``log-start-offset-checkpoint``. Text, Kafka's format::
+Every checkpoint has Kafka's framing: a version line, an entry-count line, then one line
+per entry. :func:`write_checkpoint_lines` and :func:`read_checkpoint_lines` handle the
+framing; each file type formats its own entry lines. The offset checkpoints here
+(``recovery-point-offset-checkpoint``: everything below the offset is fsynced, so
+recovery starts there; ``log-start-offset-checkpoint``; ``replication-offset-checkpoint``:
+the replicated high watermark) hold one offset per partition::
 
     0                      version
     2                      number of entries
     my-topic 0 1234        topic, partition, offset (topic names have no spaces)
     other 3 0
+
+The leader epoch checkpoint (:mod:`pylog.log.leader_epoch`) uses the same framing.
 
 A crash during a write leaves the previous file intact (the new one is written to
 ``<name>.tmp``, fsynced, then renamed over it, and the directory is fsynced).
@@ -17,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from pylog.types import TopicPartition
 from pylog.log.layout import TEMP_SUFFIX
@@ -45,27 +51,21 @@ class OffsetCheckpointFile:
         self.path = Path(path)
 
     def write(self, offsets: Mapping[TopicPartition, int]) -> None:
-        lines = [str(VERSION), str(len(offsets))]
-        lines += [f"{tp.topic} {tp.partition} {offset}" for tp, offset in sorted(offsets.items())]
-        write_text_atomically(self.path, "\n".join(lines) + "\n")
+        write_checkpoint_lines(self.path, [f"{tp.topic} {tp.partition} {offset}"
+                                           for tp, offset in sorted(offsets.items())])
 
     def read(self) -> dict[TopicPartition, int]:
         """Return the offsets; {} if the file does not exist. Raises CorruptCheckpointError."""
-        try:
-            text = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
+        lines = read_checkpoint_lines(self.path)
+        if lines is None:
             return {}
-        lines = text.splitlines()
         try:
-            if int(lines[0]) != VERSION:
-                raise CorruptCheckpointError(f"{self.path}: unknown version {lines[0]!r}")
-            count = int(lines[1])
-            entries = [line.split(" ") for line in lines[2:2 + count]]
+            entries = [line.split(" ") for line in lines]
             result = {TopicPartition(t, int(p)): int(o) for t, p, o in entries}
-        except (IndexError, ValueError) as exc:
+        except ValueError as exc:
             raise CorruptCheckpointError(f"{self.path}: malformed checkpoint ({exc})") from None
-        if len(result) != count or len(lines) != 2 + count:
-            raise CorruptCheckpointError(f"{self.path}: expected {count} entries, found {len(lines) - 2}")
+        if len(result) != len(lines):
+            raise CorruptCheckpointError(f"{self.path}: a partition appears twice")
         return result
 
     def read_or_empty(self) -> dict[TopicPartition, int]:
@@ -76,6 +76,34 @@ class OffsetCheckpointFile:
         except CorruptCheckpointError as exc:
             log.warning("ignoring %s", exc)
             return {}
+
+
+def write_checkpoint_lines(path: Path, entries: Sequence[str]) -> None:
+    """Atomically replace ``path`` with the version line, the count and ``entries``."""
+    write_text_atomically(path, "\n".join([str(VERSION), str(len(entries)), *entries]) + "\n")
+
+
+def read_checkpoint_lines(path: Path) -> list[str] | None:
+    """The entry lines of the checkpoint at ``path``; None if it does not exist.
+
+    Raises CorruptCheckpointError for an unknown version or a count that does not match.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except UnicodeDecodeError as exc:
+        raise CorruptCheckpointError(f"{path}: not text ({exc})") from None
+    lines = text.splitlines()
+    try:
+        version, count = int(lines[0]), int(lines[1])
+    except (IndexError, ValueError):
+        raise CorruptCheckpointError(f"{path}: malformed header {lines[:2]!r}") from None
+    if version != VERSION:
+        raise CorruptCheckpointError(f"{path}: unknown version {lines[0]!r}")
+    if len(lines) != 2 + count:
+        raise CorruptCheckpointError(f"{path}: expected {count} entries, found {len(lines) - 2}")
+    return lines[2:]
 
 
 def write_text_atomically(path: Path, text: str) -> None:

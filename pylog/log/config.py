@@ -1,4 +1,5 @@
-"""Per-partition log configuration: how segments roll, when data is flushed and deleted.
+"""Per-partition log configuration: how segments roll, when data is flushed and deleted,
+and the topic configs replication reads (``min.insync.replicas``, unclean election).
 
 Field names follow Kafka's topic configs (``segment.bytes`` -> ``segment_bytes``);
 :meth:`LogConfig.with_overrides` accepts the Kafka spelling, so topic configs from
@@ -48,6 +49,10 @@ class LogConfig:
     """Let readers see appended data before it is fsynced; False caps reads at the flushed offset."""
     max_batch_size: int = 1048588
     """Largest record batch accepted, in bytes including its 12-byte log overhead."""
+    min_insync_replicas: int = 1
+    """With acks=all, refuse a produce while fewer replicas than this are in sync."""
+    unclean_leader_election: bool = False
+    """Let a replica outside the in-sync set become leader (may lose committed records)."""
 
     def __post_init__(self) -> None:
         _check_range("segment_bytes", self.segment_bytes, 128, MAX_SEGMENT_BYTES)
@@ -59,8 +64,10 @@ class LogConfig:
         _check_optional("retention_ms", self.retention_ms, 0)
         _check_optional("retention_bytes", self.retention_bytes, 0)
         _check_range("max_batch_size", self.max_batch_size, 61, None)
-        if not isinstance(self.expose_unflushed, bool):
-            raise ConfigError("expose_unflushed", f"expected true or false, got {self.expose_unflushed!r}")
+        _check_range("min_insync_replicas", self.min_insync_replicas, 1, None)
+        for key in _BOOLEANS:
+            if not isinstance(getattr(self, key), bool):
+                raise ConfigError(key, f"expected true or false, got {getattr(self, key)!r}")
 
     def with_overrides(self, overrides: Mapping[str, object]) -> "LogConfig":
         """Return a copy with Kafka topic configs applied (``{"retention.ms": "3600000"}``).
@@ -94,13 +101,16 @@ _KAFKA_NAMES = {
     "retention.bytes": "retention_bytes",
     "max.message.bytes": "max_batch_size",
     "expose.unflushed": "expose_unflushed",
+    "min.insync.replicas": "min_insync_replicas",
+    "unclean.leader.election.enable": "unclean_leader_election",
 }
 _FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(LogConfig)}
 _OPTIONAL = {"flush_messages", "flush_ms", "retention_ms", "retention_bytes"}
+_BOOLEANS = ("expose_unflushed", "unclean_leader_election")
 
 
 def _parse_value(key: str, field: str, raw: object) -> object:
-    if field == "expose_unflushed":
+    if field in _BOOLEANS:
         if isinstance(raw, bool):
             return raw
         text = str(raw).strip().lower()

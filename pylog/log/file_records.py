@@ -2,7 +2,8 @@
 
 Layout: Kafka v2 record batches (the 61-byte header is described in
 :mod:`pylog.records.header`), one after another, with no file header and no padding.
-Only the broker-assigned ``baseOffset`` differs from what the producer sent.
+Only the broker-assigned ``baseOffset`` differs from what the producer sent, and the
+``partitionLeaderEpoch`` when a leader appended with its epoch.
 
 After a crash the tail may hold a torn batch or garbage. :meth:`FileRecords.validate`
 checks batches (framing, CRC, contiguous offsets) from a position and reports where the

@@ -7,7 +7,9 @@
       .clean_shutdown                        present only after a clean LogManager.close()
       recovery-point-offset-checkpoint       see checkpoint.py
       log-start-offset-checkpoint            see checkpoint.py
+      replication-offset-checkpoint          replicated high watermarks, see checkpoint.py
       <topic>-<partition>/                   one directory per partition (topic may contain '-')
+        leader-epoch-checkpoint              first offset of each leader epoch (leader_epoch.py)
         00000000000000368769.log             record batches; the name is the segment's base offset
         00000000000000368769.index           offset index (offset_index.py)
         00000000000000368769.timeindex       time index (time_index.py)
@@ -29,6 +31,8 @@ LOCK_FILE = ".lock"
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"  # in each partition dir
 
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")

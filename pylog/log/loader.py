@@ -5,6 +5,9 @@ After an unclean one, every segment from the one holding the recovery point onwa
 re-validated batch by batch (length, CRC, contiguous offsets) and its indexes rebuilt;
 the log is cut at the first invalid batch and any later segments are deleted. A segment
 whose index is missing or corrupt is recovered the same way whatever the shutdown was.
+
+The leader epoch cache is read from ``leader-epoch-checkpoint``; when that file is missing
+or unreadable it is rebuilt from the batch headers (:func:`load_leader_epochs`).
 """
 
 from __future__ import annotations
@@ -13,12 +16,15 @@ import bisect
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from pylog.errors import CorruptRecordError
 from pylog.log import layout
 from pylog.log.config import MAX_SEGMENT_BYTES, LogConfig
 from pylog.log.index import CorruptIndexError
+from pylog.log.leader_epoch import LeaderEpochCache, epochs_from_headers, read_epoch_checkpoint
 from pylog.log.segment import LogSegment
+from pylog.records.header import BatchHeader
 
 log = logging.getLogger(__name__)
 
@@ -110,3 +116,27 @@ def _delete_all(segments: list[LogSegment]) -> int:
         size += segment.size
         segment.delete()
     return size
+
+
+def load_leader_epochs(directory: Path, segments: list[LogSegment]) -> LeaderEpochCache:
+    """The partition's leader epoch cache, rebuilt from the ``partitionLeaderEpoch`` of
+    every batch header (headers only, no records) and written out if its file is missing
+    or unreadable. The caller trims it to the log's offsets."""
+    path = directory / layout.LEADER_EPOCH_CHECKPOINT
+    cache = read_epoch_checkpoint(path)
+    if cache is None:
+        cache = LeaderEpochCache(path, epochs_from_headers(_all_headers(directory, segments)))
+        cache.flush()
+        if cache.entries:
+            log.info("%s: rebuilt the leader epoch cache from batch headers: %s", directory, cache)
+    return cache
+
+
+def _all_headers(directory: Path, segments: list[LogSegment]) -> Iterator[BatchHeader]:
+    """Every batch header in offset order; stops (with a warning) at one that cannot be read."""
+    try:
+        for segment in segments:
+            for _, header in segment.records.headers():
+                yield header
+    except CorruptRecordError as exc:
+        log.warning("%s: leader epochs rebuilt only up to a bad batch: %s", directory, exc)

@@ -9,6 +9,12 @@ segment deleted by retention meanwhile stays readable through the duplicate.
 Durability: everything below ``recovery_point`` has been fsynced. Opening without
 ``had_clean_shutdown`` re-validates from the segment holding the recovery point onwards
 (:mod:`pylog.log.loader`).
+
+Replication: a leader appends with its leader epoch, stamped into each batch's
+``partitionLeaderEpoch``; a follower appends the leader's batches with their offsets
+(:meth:`Log.append_as_follower`). Both record where each epoch starts in the leader epoch
+cache (:mod:`pylog.log.leader_epoch`), which truncation and retention keep in step with
+the log. A replica manager above caps what readers see with :meth:`Log.set_high_watermark`.
 """
 
 from __future__ import annotations
@@ -25,17 +31,19 @@ from typing import Callable
 from pylog.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from pylog.log.checkpoint import fsync_directory
 from pylog.log.config import LogConfig
-from pylog.log.loader import load_segments
+from pylog.log.leader_epoch import EpochEntry, LeaderEpochCache
+from pylog.log.loader import load_leader_epochs, load_segments
 from pylog.log.results import AppendInfo, FileRegion, ReadResult
 from pylog.log.retention import count_deletable
 from pylog.log.segment import LogSegment
-from pylog.log.validation import validate_append
-from pylog.records.header import set_base_offset
+from pylog.log.validation import check_follower_offsets, validate_append
+from pylog.records.header import BatchHeader, set_base_offset, set_partition_leader_epoch
 
 log = logging.getLogger(__name__)
 
 MAX_RELATIVE_OFFSET = 2**31 - 1
 AppendListener = Callable[["Log"], None]
+AssignedBatch = tuple[int, int, BatchHeader]  # position in the buffer, base offset, header
 
 
 class LogClosedError(UnknownTopicOrPartitionError):
@@ -56,7 +64,8 @@ class Log:
     """
 
     def __init__(self, directory: Path, config: LogConfig, clock: Callable[[], float],
-                 segments: list[LogSegment], log_start_offset: int, bytes_truncated: int) -> None:
+                 segments: list[LogSegment], log_start_offset: int, bytes_truncated: int,
+                 epochs: LeaderEpochCache) -> None:
         self.directory = directory
         self.config = config
         self._clock = clock
@@ -72,6 +81,14 @@ class Log:
         self._truncations = 0  # bumped by truncate_to, so a flush running meanwhile knows
         self.bytes_truncated = bytes_truncated
         """Bytes cut off by recovery when the log was opened."""
+        self._epochs = epochs
+        # The checkpoint may name offsets recovery cut off, or retention deleted.
+        epochs.truncate_from_end(self.log_end_offset)
+        epochs.truncate_from_start(self._log_start_offset)
+        self._replicated_hw: int | None = None
+        self.restored_high_watermark: int | None = None
+        """The replicated high watermark LogManager found checkpointed (None: none). It is
+        not applied: the replica manager decides whether to :meth:`set_high_watermark`."""
 
     @classmethod
     def open(cls, directory: Path, config: LogConfig, clock: Callable[[], float] = time.time, *,
@@ -92,7 +109,8 @@ class Log:
             segment.flush()
         if loaded.bytes_truncated:
             log.warning("%s: recovery truncated %d bytes", directory, loaded.bytes_truncated)
-        return cls(directory, config, clock, loaded.segments, log_start_offset, loaded.bytes_truncated)
+        epochs = load_leader_epochs(directory, loaded.segments)
+        return cls(directory, config, clock, loaded.segments, log_start_offset, loaded.bytes_truncated, epochs)
 
     # -- state ----------------------------------------------------------------------------
 
@@ -126,10 +144,59 @@ class Log:
     @property
     def high_watermark(self) -> int:
         """Readers see offsets below this: the log end, or the flushed offset when
-        ``expose_unflushed`` is off."""
-        if self.config.expose_unflushed:
-            return self.log_end_offset
-        return min(self._recovery_point, self.log_end_offset)
+        ``expose_unflushed`` is off, and never past :attr:`replicated_high_watermark`."""
+        end = self.log_end_offset
+        local = end if self.config.expose_unflushed else min(self._recovery_point, end)
+        limit = self._replicated_hw
+        return local if limit is None else min(local, limit)
+
+    @property
+    def replicated_high_watermark(self) -> int | None:
+        """The limit set by :meth:`set_high_watermark`; None for a log that is not replicated."""
+        return self._replicated_hw
+
+    def set_high_watermark(self, offset: int) -> None:
+        """Cap what readers see at ``offset``, clamped to ``[log_start_offset, log_end_offset]``:
+        the replicated high watermark, which a leader's replica manager moves as the
+        in-sync followers catch up and a follower's takes from the leader's fetch responses.
+        Wakes the append listeners (parked readers) if the high watermark moved."""
+        with self._lock:
+            self._check_open()
+            before = self.high_watermark
+            self._replicated_hw = offset
+            self._clamp_replicated_hw()
+            moved = self.high_watermark != before
+        if moved:
+            self._notify()
+
+    def _clamp_replicated_hw(self) -> None:
+        if self._replicated_hw is not None:
+            self._replicated_hw = min(max(self._replicated_hw, self._log_start_offset), self.log_end_offset)
+
+    @property
+    def latest_epoch(self) -> int:
+        """The newest leader epoch with records in this log, or -1."""
+        return self._epochs.latest_epoch
+
+    @property
+    def epoch_entries(self) -> list[EpochEntry]:
+        """Where each leader epoch starts, oldest first."""
+        return self._epochs.entries
+
+    def assign_leader_epoch(self, epoch: int) -> None:
+        """Record that ``epoch`` starts at the log end: a newly elected leader does this
+        before it writes anything (Kafka's ``maybeAssignEpochStartOffset``), so followers
+        asking about older epochs learn where they ended. Ignored if not newer than
+        :attr:`latest_epoch`."""
+        with self._lock:
+            self._check_open()
+            self._epochs.assign(epoch, self.log_end_offset)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """``(epoch, end_offset)`` answering OffsetsForLeaderEpoch for ``epoch``; see
+        :meth:`LeaderEpochCache.end_offset_for`. ``(-1, -1)`` if it is unknown."""
+        with self._lock:
+            return self._epochs.end_offset_for(epoch, self.log_end_offset)
 
     @property
     def size_bytes(self) -> int:
@@ -167,17 +234,23 @@ class Log:
 
     # -- append ---------------------------------------------------------------------------
 
-    def append(self, records: bytes | bytearray | memoryview) -> AppendInfo:
+    def append(self, records: bytes | bytearray | memoryview,
+               leader_epoch: int | None = None) -> AppendInfo:
         """Validate, assign offsets to and append one or more back-to-back v2 batches.
 
         Every batch is checked first (framing, magic, CRC, size); if any is bad nothing is
         written. Raises a CorruptRecordError subclass, MessageTooLargeError (a batch over
         ``max_batch_size``), RecordListTooLargeError (more than ``segment_bytes`` in all)
-        or InvalidRecordError (no batches). Only each batch's baseOffset is rewritten.
+        or InvalidRecordError (no batches). Only each batch's baseOffset is rewritten, and
+        its partitionLeaderEpoch when a leader passes ``leader_epoch`` (which the leader
+        epoch cache then records as starting at the first offset, if it is new).
         """
         view = memoryview(records).cast("B")
         batches = validate_append(view, self.config)
         buf = bytearray(view)
+        if leader_epoch is not None:
+            for position, _ in batches:
+                set_partition_leader_epoch(buf, position, leader_epoch)
         with self._lock:
             self._check_open()
             first_offset = next_offset = self.log_end_offset
@@ -186,21 +259,68 @@ class Log:
                 set_base_offset(buf, position, next_offset)
                 assigned.append((position, next_offset, header))
                 next_offset += header.last_offset_delta + 1
-            max_timestamp = max(h.max_timestamp for _, h in batches)
-            segment, rolled = self._maybe_roll(len(buf), next_offset - 1, max_timestamp)
+            if leader_epoch is not None:
+                self._epochs.assign(leader_epoch, first_offset)
+            info, rolled = self._append_locked(buf, assigned)
+        self._after_append(rolled, first_offset)
+        return info
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo:
+        """Append batches fetched from the leader, keeping the offsets it assigned.
+
+        Checked as :meth:`append` checks (except ``max_batch_size``: the leader accepted
+        them); the first batch must start at the log end and each next one where the
+        previous one ends, else UnexpectedAppendOffsetError and nothing is written. Each
+        batch's partitionLeaderEpoch (if >= 0) goes to the leader epoch cache. Empty
+        ``records`` is a no-op (``record_count`` 0).
+        """
+        view = memoryview(records).cast("B")
+        if len(view) == 0:
+            return self._nothing_appended()
+        batches = validate_append(view, self.config, check_batch_size=False)
+        with self._lock:
+            self._check_open()
+            check_follower_offsets(batches, self.log_end_offset)
+            for _, header in batches:
+                if header.partition_leader_epoch >= 0:
+                    self._epochs.assign(header.partition_leader_epoch, header.base_offset)
+            info, rolled = self._append_locked(view, [(p, h.base_offset, h) for p, h in batches])
+        self._after_append(rolled, info.first_offset)
+        return info
+
+    def _nothing_appended(self) -> AppendInfo:
+        with self._lock:
+            self._check_open()
+            end = self.log_end_offset
+            return AppendInfo(end, end - 1, -1, -1, self._log_start_offset, 0)
+
+    def _append_locked(self, buf: bytes | bytearray | memoryview,
+                       assigned: list[AssignedBatch]) -> tuple[AppendInfo, bool]:
+        """Write batches whose offsets are final (and epochs recorded): roll if due, append,
+        flush by ``flush_messages``. Returns what was appended and whether it rolled."""
+        first_offset = assigned[0][1]
+        last_offset = assigned[-1][1] + assigned[-1][2].last_offset_delta
+        max_timestamp = max(h.max_timestamp for _, _, h in assigned)
+        try:
+            segment, rolled = self._maybe_roll(len(buf), last_offset, max_timestamp)
             segment.append(buf, assigned)
-            record_count = sum(h.records_count for _, h in batches)
-            self._unflushed_records += record_count
-            if self.config.flush_messages is not None and self._unflushed_records >= self.config.flush_messages:
-                self._flush_locked()
-            info = AppendInfo(first_offset, next_offset - 1, max_timestamp, -1,
-                              self._log_start_offset, record_count)
+        except Exception:
+            self._epochs.truncate_from_end(self.log_end_offset)  # an epoch recorded for nothing
+            raise
+        record_count = sum(h.records_count for _, _, h in assigned)
+        self._unflushed_records += record_count
+        if self.config.flush_messages is not None and self._unflushed_records >= self.config.flush_messages:
+            self._flush_locked()
+        info = AppendInfo(first_offset, last_offset, max_timestamp, -1, self._log_start_offset, record_count)
+        return info, rolled
+
+    def _after_append(self, rolled: bool, first_offset: int) -> None:
+        """Outside the lock: fsync a segment that just became inactive off the append path,
+        as Kafka does, and wake the listeners."""
         if rolled:
-            # fsync the segment that just became inactive off the append path, as Kafka does.
             threading.Thread(target=self._flush_rolled, args=(first_offset,), daemon=True,
                              name=f"pylog-roll-flush-{self.directory.name}").start()
         self._notify()
-        return info
 
     def _maybe_roll(self, incoming_bytes: int, last_offset: int,
                     max_timestamp: int) -> tuple[LogSegment, bool]:
@@ -298,13 +418,15 @@ class Log:
 
     # -- read -----------------------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> ReadResult:
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None, *,
+             up_to_log_end: bool = False) -> ReadResult:
         """Whole batches from the one holding ``offset``, as a region of one segment file.
 
         At most ``max_bytes`` except that the first batch is returned whole; nothing at or
-        above the high watermark (or ``max_offset``, exclusive). ``offset`` equal to the log
-        end gives ``region=None``. Raises OffsetOutOfRangeError outside
-        ``[log_start_offset, log_end_offset]``. The caller must close the region.
+        above the high watermark (the log end if ``up_to_log_end``, for a follower's fetch)
+        or ``max_offset`` (exclusive). The result reports the high watermark either way.
+        ``offset`` equal to the log end gives ``region=None``. Raises OffsetOutOfRangeError
+        outside ``[log_start_offset, log_end_offset]``. The caller must close the region.
         """
         with self._lock:
             self._check_open()
@@ -314,7 +436,8 @@ class Log:
                     f"offset {offset} is out of range for {self.directory.name}: "
                     f"valid offsets are {start} to {end}")
             high_watermark = self.high_watermark
-            limit = high_watermark if max_offset is None else min(high_watermark, max_offset)
+            visible = end if up_to_log_end else high_watermark
+            limit = visible if max_offset is None else min(visible, max_offset)
             region = None
             if offset < limit:
                 first = max(0, bisect.bisect_right(self._bases, offset) - 1)
@@ -350,12 +473,14 @@ class Log:
 
     def delete_old_segments(self, now: float | None = None) -> int:
         """Delete whole segments, oldest first and never the active one: those older than
-        ``retention_ms``, then while the log exceeds ``retention_bytes``. ``now`` is in the
-        clock's unit (seconds). Moves the log start offset; returns segments deleted."""
+        ``retention_ms``, then while the log exceeds ``retention_bytes``; never one above a
+        replicated high watermark. ``now`` is in the clock's unit (seconds). Moves the log
+        start offset (and the leader epoch cache's start); returns segments deleted."""
         now_ms = int((self._clock() if now is None else now) * 1000)
         with self._lock:
             self._check_open()
-            count = count_deletable(self._segments, self.config, self._log_start_offset, now_ms)
+            count = count_deletable(self._segments, self.config, self._log_start_offset, now_ms,
+                                    upper_bound=self._replicated_hw)
             if count == 0:
                 return 0
             doomed = self._segments[:count]
@@ -363,6 +488,8 @@ class Log:
             del self._bases[:count]
             self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
             self._recovery_point = max(self._recovery_point, self._log_start_offset)
+            self._epochs.truncate_from_start(self._log_start_offset)
+            self._clamp_replicated_hw()
             for segment in doomed:
                 segment.delete()
         log.info("%s: retention deleted %d segments; log start offset is %d",
@@ -371,7 +498,9 @@ class Log:
 
     def truncate_to(self, offset: int) -> None:
         """Remove everything at and above ``offset``, at a batch boundary: a batch holding
-        ``offset`` goes too. Below the log start, the log restarts empty at ``offset``."""
+        ``offset`` goes too. Below the log start, the log restarts empty at ``offset``.
+        Leader epochs starting at or after the new end go too; the replicated high
+        watermark is clamped to it."""
         with self._lock:
             self._check_open()
             if offset >= self.log_end_offset:
@@ -389,6 +518,16 @@ class Log:
             end = self.log_end_offset
             self._recovery_point = min(self._recovery_point, end)
             self._log_start_offset = min(self._log_start_offset, end)
+            self._epochs.truncate_from_end(end)
+            self._clamp_replicated_hw()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and restart the log empty at ``offset``, which may be past
+        the log end (a follower whose log ends below its leader's log start)."""
+        with self._lock:
+            self._check_open()
+            self._truncations += 1
+            self._truncate_fully(offset)
 
     def _truncate_fully(self, offset: int) -> None:
         for segment in self._segments:
@@ -399,6 +538,8 @@ class Log:
         self._bases = [offset]
         self._log_start_offset = offset
         self._recovery_point = offset
+        self._epochs.clear()
+        self._clamp_replicated_hw()
 
     # -- lifecycle ------------------------------------------------------------------------
 

@@ -1,10 +1,16 @@
 """LogManager: every partition log under one or more log dirs.
 
 Per log dir it keeps (see :mod:`layout`): an flock on ``.lock`` so two brokers never share
-a dir, ``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint``
-(:mod:`checkpoint`), and ``.clean_shutdown``, written by :meth:`LogManager.close` after
-everything is flushed and removed again by :meth:`LogManager.load`. A dir loaded without
-the marker had an unclean shutdown: its logs are recovered from their recovery points.
+a dir, ``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint`` and
+``replication-offset-checkpoint`` (:mod:`checkpoint`), and ``.clean_shutdown``, written by
+:meth:`LogManager.close` after everything is flushed and removed again by
+:meth:`LogManager.load`. A dir loaded without the marker had an unclean shutdown: its logs
+are recovered from their recovery points.
+
+``replication-offset-checkpoint`` holds the replicated high watermark of each log that has
+one. On load it is handed to the log as ``restored_high_watermark``, not applied: the
+replica manager above decides. Until it does, the restored value is written back, so a
+crash meanwhile does not lose it.
 """
 
 from __future__ import annotations
@@ -91,6 +97,7 @@ class LogManager:
             clean = marker.exists()
             recovery_points = OffsetCheckpointFile(log_dir / layout.RECOVERY_POINT_CHECKPOINT).read_or_empty()
             start_offsets = OffsetCheckpointFile(log_dir / layout.LOG_START_OFFSET_CHECKPOINT).read_or_empty()
+            high_watermarks = OffsetCheckpointFile(log_dir / layout.REPLICATION_OFFSET_CHECKPOINT).read_or_empty()
             for child in sorted(log_dir.iterdir()):
                 tp = layout.parse_partition_dir(child.name)
                 if tp is None or not child.is_dir() or tp in self._logs:
@@ -99,6 +106,7 @@ class LogManager:
                                   recovery_point=recovery_points.get(tp, 0),
                                   log_start_offset=start_offsets.get(tp, 0),
                                   had_clean_shutdown=clean)
+                opened.restored_high_watermark = high_watermarks.get(tp)
                 with self._lock:
                     self._logs[tp] = opened
                     self._dir_of[tp] = log_dir
@@ -243,6 +251,9 @@ class LogManager:
                 {tp: lg.recovery_point for tp, lg in logs.items()})
             OffsetCheckpointFile(log_dir / layout.LOG_START_OFFSET_CHECKPOINT).write(
                 {tp: lg.log_start_offset for tp, lg in logs.items()})
+            watermarks = {tp: _high_watermark_to_checkpoint(lg) for tp, lg in logs.items()}
+            OffsetCheckpointFile(log_dir / layout.REPLICATION_OFFSET_CHECKPOINT).write(
+                {tp: hw for tp, hw in watermarks.items() if hw is not None})
 
     def _write_all_checkpoints(self) -> None:
         for log_dir in self.log_dirs:
@@ -264,3 +275,10 @@ class LogManager:
             os.close(fd)
         self._lock_files.clear()
         self._closed = True
+
+
+def _high_watermark_to_checkpoint(partition_log: Log) -> int | None:
+    """The replicated high watermark, or the restored one until the replica manager sets it."""
+    if partition_log.replicated_high_watermark is not None:
+        return partition_log.replicated_high_watermark
+    return partition_log.restored_high_watermark

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class AppendInfo:
-    """What :meth:`Log.append` did: the offsets it assigned and the log's state after it."""
+    """What :meth:`Log.append` did: the offsets it assigned (or, from
+    :meth:`Log.append_as_follower`, kept) and the log's state after it."""
 
     first_offset: int
     last_offset: int

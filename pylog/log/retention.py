@@ -2,7 +2,8 @@
 
 A segment goes when it lies wholly below the log start offset, when its newest record
 is older than ``retention_ms``, or while the log without it is still at least
-``retention_bytes``. Time is checked first, then size, as in Kafka.
+``retention_bytes``. Time is checked first, then size, as in Kafka. A replicated log keeps
+every segment not wholly below its high watermark.
 """
 
 from __future__ import annotations
@@ -14,9 +15,13 @@ from pylog.log.segment import LogSegment
 
 
 def count_deletable(segments: Sequence[LogSegment], config: LogConfig, log_start_offset: int,
-                    now_ms: int) -> int:
-    """How many segments, counted from the oldest, retention deletes now."""
+                    now_ms: int, upper_bound: int | None = None) -> int:
+    """How many segments, counted from the oldest, retention deletes now. With an
+    ``upper_bound`` (a replicated high watermark) only segments wholly below it go, so
+    records not yet replicated are never deleted."""
     candidates = segments[:-1]
+    if upper_bound is not None:
+        candidates = [s for s in candidates if s.next_offset <= upper_bound]
     count = 0
     while count < len(candidates) and candidates[count].next_offset <= log_start_offset:
         count += 1

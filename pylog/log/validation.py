@@ -1,7 +1,8 @@
-"""What the log accepts: checks on a produce request's records before anything is written.
+"""What the log accepts: checks on records before anything is written.
 
-The records are one or more back-to-back v2 batches. Only headers are read and each
-batch's CRC-32C checked; the records inside stay opaque (and compressed).
+The records are one or more back-to-back v2 batches, from a producer (the log assigns
+their offsets) or from the leader (a follower keeps the leader's offsets). Only headers
+are read and each batch's CRC-32C checked; the records inside stay opaque (and compressed).
 """
 
 from __future__ import annotations
@@ -10,18 +11,26 @@ from pylog.errors import (
     CorruptRecordError,
     InvalidRecordError,
     MessageTooLargeError,
+    OffsetOutOfRangeError,
     RecordListTooLargeError,
 )
 from pylog.log.config import LogConfig
 from pylog.records.header import BatchHeader, iter_batch_headers
 
 
-def validate_append(view: memoryview, config: LogConfig) -> list[tuple[int, BatchHeader]]:
+class UnexpectedAppendOffsetError(OffsetOutOfRangeError):
+    """A follower's batches do not start at its log end, or leave a gap or an overlap
+    between them. Nothing was written; the follower must truncate or fetch again."""
+
+
+def validate_append(view: memoryview, config: LogConfig, *,
+                    check_batch_size: bool = True) -> list[tuple[int, BatchHeader]]:
     """``(position, header)`` of every batch in ``view``, or an error if any is bad.
 
     Raises InvalidRecordError (no batches), RecordListTooLargeError (more than
     ``segment_bytes``), a CorruptRecordError subclass (framing, magic, CRC, offsets
-    or counts), or MessageTooLargeError (a batch over ``max_batch_size``).
+    or counts), or MessageTooLargeError (a batch over ``max_batch_size``, unless
+    ``check_batch_size`` is off: a follower takes what its leader accepted, as in Kafka).
     """
     if len(view) == 0:
         raise InvalidRecordError("the records are empty: expected at least one record batch")
@@ -30,7 +39,7 @@ def validate_append(view: memoryview, config: LogConfig) -> list[tuple[int, Batc
             f"{len(view)} bytes of records exceed the segment size {config.segment_bytes}")
     batches = []
     for position, header in iter_batch_headers(view, verify_crc=True):
-        if header.size > config.max_batch_size:
+        if check_batch_size and header.size > config.max_batch_size:
             raise MessageTooLargeError(
                 f"batch at position {position} is {header.size} bytes, "
                 f"more than the limit of {config.max_batch_size}")
@@ -45,3 +54,15 @@ def validate_append(view: memoryview, config: LogConfig) -> list[tuple[int, Batc
                 f"not match lastOffsetDelta {header.last_offset_delta} + 1")
         batches.append((position, header))
     return batches
+
+
+def check_follower_offsets(batches: list[tuple[int, BatchHeader]], log_end_offset: int) -> None:
+    """Raise UnexpectedAppendOffsetError unless the batches continue the log exactly: the
+    first starts at ``log_end_offset`` and each next one where the previous one ends."""
+    expected = log_end_offset
+    for position, header in batches:
+        if header.base_offset != expected:
+            raise UnexpectedAppendOffsetError(
+                f"batch at position {position} starts at offset {header.base_offset}, expected "
+                f"{expected} (the log ends at {log_end_offset})")
+        expected = header.next_offset

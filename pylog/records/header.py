@@ -47,6 +47,8 @@ CRC_START = 21  # the CRC covers [CRC_START, end)
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _LENGTH_AND_MAGIC = struct.Struct(">qiib")  # baseOffset, batchLength, epoch, magic
 _BASE_OFFSET = struct.Struct(">q")
+_PARTITION_LEADER_EPOCH = struct.Struct(">i")
+_PARTITION_LEADER_EPOCH_POSITION = 12  # see the layout above
 
 COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08
@@ -170,3 +172,9 @@ def iter_batch_headers(buf: bytes | bytearray | memoryview, *, verify_crc: bool 
 def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:
     """Overwrite the baseOffset field of the batch at ``buf[pos:]`` (the CRC stays valid)."""
     _BASE_OFFSET.pack_into(buf, pos, base_offset)
+
+
+def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
+    """Overwrite the partitionLeaderEpoch field of the batch at ``buf[pos:]`` (the CRC stays
+    valid: like baseOffset, the field is outside the bytes it covers)."""
+    _PARTITION_LEADER_EPOCH.pack_into(buf, pos + _PARTITION_LEADER_EPOCH_POSITION, epoch)

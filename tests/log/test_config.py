@@ -13,6 +13,7 @@ def test_defaults_follow_kafka():
     assert (cfg.segment_bytes, cfg.index_interval_bytes, cfg.retention_ms, cfg.max_batch_size) == (
         1 << 30, 4096, 7 * 24 * 3600 * 1000, 1048588)
     assert cfg.flush_messages is None and cfg.retention_bytes is None and cfg.expose_unflushed
+    assert cfg.min_insync_replicas == 1 and cfg.unclean_leader_election is False
 
 
 @pytest.mark.parametrize("kwargs, key", [
@@ -22,6 +23,8 @@ def test_defaults_follow_kafka():
     ({"retention_ms": -5}, "retention_ms"),
     ({"index_interval_bytes": "4096"}, "index_interval_bytes"),
     ({"expose_unflushed": "yes"}, "expose_unflushed"),
+    ({"min_insync_replicas": 0}, "min_insync_replicas"),
+    ({"unclean_leader_election": 1}, "unclean_leader_election"),
 ])
 def test_invalid_values_name_the_key(kwargs, key):
     with pytest.raises(ConfigError) as caught:
@@ -41,3 +44,16 @@ def test_kafka_topic_configs_override():
         LogConfig().with_overrides({"retention.ms": "soon"})
     with pytest.raises(ConfigError, match="^segment.bytes: must be between"):
         LogConfig().with_overrides({"segment.bytes": "5"})
+
+
+def test_replication_topic_configs():
+    cfg = LogConfig().with_overrides({"min.insync.replicas": "2", "unclean.leader.election.enable": "True"})
+    assert cfg.min_insync_replicas == 2 and cfg.unclean_leader_election is True
+    assert LogConfig().with_overrides({"unclean.leader.election.enable": False}).unclean_leader_election is False
+    for key, value, problem in [("min.insync.replicas", "0", "must be at least 1"),
+                                ("min.insync.replicas", "two", "expected an integer"),
+                                ("min.insync.replicas", "-1", "must be at least 1"),
+                                ("unclean.leader.election.enable", "yes", "expected true or false")]:
+        with pytest.raises(ConfigError, match=f"^{key}: {problem}") as caught:
+            LogConfig().with_overrides({key: value})
+        assert caught.value.key == key

@@ -270,7 +270,8 @@ def test_truncate_below_the_log_start_restarts_the_log_there(tmp_path, clock):
     log.truncate_to(2)
     assert (log.log_start_offset, log.log_end_offset, len(log.segments)) == (2, 2, 1)
     assert sorted(p.name for p in (tmp_path / "t-0").iterdir()) == [
-        "00000000000000000002.index", "00000000000000000002.log", "00000000000000000002.timeindex"]
+        "00000000000000000002.index", "00000000000000000002.log", "00000000000000000002.timeindex",
+        "leader-epoch-checkpoint"]
     assert log.append(make_batch(1)).first_offset == 2
     log.close()
     reopened = Log.open(tmp_path / "t-0", LogConfig())

@@ -219,3 +219,34 @@ def test_checkpoints_written_from_several_threads_at_once(tmp_path):
     points = OffsetCheckpointFile(tmp_path / layout.RECOVERY_POINT_CHECKPOINT).read()
     assert points == {TopicPartition("t", p): 1 for p in range(40, 50)}
     assert not list(tmp_path.glob("*" + layout.TEMP_SUFFIX))
+
+
+def test_replicated_high_watermarks_are_checkpointed_and_restored_not_applied(tmp_path):
+    mgr = LogManager([tmp_path], LogConfig())
+    mgr.load()
+    replicated, standalone = mgr.get_or_create("r", 0), mgr.get_or_create("s", 0)
+    for log in (replicated, standalone):
+        log.append(make_batch(5), leader_epoch=2)
+    replicated.set_high_watermark(3)
+    mgr.flush_all()
+    path = tmp_path / layout.REPLICATION_OFFSET_CHECKPOINT
+    assert path.read_text() == "0\n1\nr 0 3\n"
+    replicated.set_high_watermark(4)
+    mgr.close()
+    assert OffsetCheckpointFile(path).read() == {TopicPartition("r", 0): 4}
+
+    again = LogManager([tmp_path], LogConfig())
+    again.load()
+    replicated, standalone = again.get("r", 0), again.get("s", 0)
+    assert (replicated.restored_high_watermark, replicated.replicated_high_watermark) == (4, None)
+    assert standalone.restored_high_watermark is None and replicated.high_watermark == 5
+    assert replicated.latest_epoch == 2
+    again.close()  # not applied yet: the restored value is kept, not dropped
+    assert OffsetCheckpointFile(path).read() == {TopicPartition("r", 0): 4}
+
+    third = LogManager([tmp_path], LogConfig())
+    third.load()
+    third.get("r", 0).set_high_watermark(5)
+    third.delete_partition("s", 0)
+    assert OffsetCheckpointFile(path).read() == {TopicPartition("r", 0): 5}
+    third.close()
