@@ -18,6 +18,17 @@ class PartitionMetadata:
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     error_code: int = 0
+    offline_replicas: tuple[int, ...] = ()  # replicas on brokers that are down (Metadata v5+)
+
+    @property
+    def under_replicated(self) -> bool:
+        """Fewer replicas in sync than assigned."""
+        return len(self.isr) < len(self.replicas)
+
+    @property
+    def unavailable(self) -> bool:
+        """No leader: the partition can be neither written nor read."""
+        return self.leader < 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +54,7 @@ class ClusterSnapshot:
             partitions = {
                 p["partition_index"]: PartitionMetadata(
                     p["partition_index"], p["leader_id"], tuple(p["replica_nodes"]),
-                    tuple(p["isr_nodes"]), p["error_code"])
+                    tuple(p["isr_nodes"]), p["error_code"], tuple(p["offline_replicas"]))
                 for p in topic["partitions"]}
             topics[topic["name"]] = TopicMetadata(topic["name"], topic["error_code"], partitions)
         return cls(brokers, topics, body.get("controller_id", -1), body.get("cluster_id"))

@@ -8,9 +8,12 @@ import uuid
 
 import pytest
 from kafka.protocol.admin.topics import (
-    CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse)
+    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
+    DeleteTopicsRequest, DeleteTopicsResponse)
 from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
-from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.consumer.offsets import (
+    ListOffsetsRequest, ListOffsetsResponse, OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse)
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.metadata.find_coordinator import (
     FindCoordinatorRequest, FindCoordinatorResponse)
@@ -80,6 +83,19 @@ INIT_PID_RESP = {"throttle_time_ms": 0, "error_code": 0, "producer_id": 1000,
 FIND_COORD_REQ = {"key": "group", "key_type": 0}
 FIND_COORD_RESP = {"throttle_time_ms": 0, "error_code": 15, "error_message": "none",
                    "node_id": -1, "host": "", "port": -1}
+EPOCH_REQ = {"replica_id": 1, "topics": [{"topic": "events", "partitions": [
+    {"partition": 0, "current_leader_epoch": 5, "leader_epoch": 4},
+    {"partition": 2, "current_leader_epoch": -1, "leader_epoch": 0}]}]}
+EPOCH_RESP = {"throttle_time_ms": 0, "topics": [{"topic": "events", "partitions": [
+    {"error_code": 0, "partition": 0, "leader_epoch": 4, "end_offset": 1200},
+    {"error_code": 74, "partition": 2, "leader_epoch": -1, "end_offset": -1}]}]}
+CREATE_PARTITIONS_REQ = {"topics": [
+    {"name": "events", "count": 6, "assignments": None},
+    {"name": "placed", "count": 3, "assignments": [{"broker_ids": [1, 2]}, {"broker_ids": [2, 3]}]}],
+    "timeout_ms": 5000, "validate_only": True}
+CREATE_PARTITIONS_RESP = {"throttle_time_ms": 0, "results": [
+    {"name": "events", "error_code": 0, "error_message": None},
+    {"name": "placed", "error_code": 37, "error_message": "cannot shrink"}]}
 
 CASES = [
     (ApiKey.PRODUCE, ProduceRequest, ProduceResponse, PRODUCE_REQ, PRODUCE_RESP, [3, 5, 7, 8, 9]),
@@ -99,6 +115,12 @@ CASES = [
      INIT_PID_RESP, [0, 1, 2]),
     (ApiKey.FIND_COORDINATOR, FindCoordinatorRequest, FindCoordinatorResponse, FIND_COORD_REQ,
      FIND_COORD_RESP, [0, 1, 2, 3]),
+    # kafka-python's bundled spec is Kafka 4.0's, which dropped OffsetForLeaderEpoch v0-1;
+    # test_replication_messages checks those against its older hand-written classes.
+    (ApiKey.OFFSET_FOR_LEADER_EPOCH, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
+     EPOCH_REQ, EPOCH_RESP, [2, 3, 4]),
+    (ApiKey.CREATE_PARTITIONS, CreatePartitionsRequest, CreatePartitionsResponse,
+     CREATE_PARTITIONS_REQ, CREATE_PARTITIONS_RESP, [0, 1, 2, 3]),
 ]
 PARAMS = [pytest.param(key, req, resp, rb, sb, v, id=f"{key.name}-v{v}")
           for key, req, resp, rb, sb, vs in CASES for v in vs]

@@ -12,6 +12,7 @@ from pylog.protocol.messages.groups import (
     OFFSET_COMMIT, OFFSET_FETCH, SYNC_GROUP)
 from pylog.protocol.messages.metadata import API_VERSIONS, METADATA
 from pylog.protocol.messages.produce import INIT_PRODUCER_ID, PRODUCE
+from pylog.protocol.messages.replication import CREATE_PARTITIONS, OFFSET_FOR_LEADER_EPOCH
 from pylog.protocol.schema import Message
 
 
@@ -34,14 +35,16 @@ class ApiKey(enum.IntEnum):
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
+    CREATE_PARTITIONS = 37
 
 
 MESSAGES: dict[int, Message] = {m.key: m for m in (
     PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR,
     JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS,
     SASL_HANDSHAKE, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID,
-    DESCRIBE_CONFIGS, SASL_AUTHENTICATE)}
+    OFFSET_FOR_LEADER_EPOCH, DESCRIBE_CONFIGS, SASL_AUTHENTICATE, CREATE_PARTITIONS)}
 
 assert set(MESSAGES) == set(ApiKey), "ApiKey and MESSAGES must list the same APIs"

@@ -1,0 +1,66 @@
+"""Schemas of the APIs about partitions and their replicas, declared as data (see
+pylog.protocol.schema): OffsetForLeaderEpoch and CreatePartitions.
+
+Field names, types and version ranges follow Kafka's OffsetForLeaderEpochRequest/Response
+and CreatePartitionsRequest/Response JSON specifications.
+
+OffsetForLeaderEpoch (key 23) asks where a leader epoch ended: a follower (or a consumer
+after a leader change) sends the last epoch it has, the leader answers with the first
+offset of the next epoch, so the caller knows where its log diverges and truncates there.
+"""
+
+from pylog.protocol.schema import F, Message
+
+CONSUMER_REPLICA_ID = -2  # "debug" consumer: may see offsets beyond the high watermark
+NO_EPOCH = -1
+
+OFFSET_FOR_LEADER_EPOCH = Message(
+    key=23, name='OffsetForLeaderEpoch', versions='0-4', flexible='4+',
+    request=(
+        F('replica_id', 'int32', '3+', default=CONSUMER_REPLICA_ID),
+        F('topics', '[]', fields=(
+            F('topic', 'string'),
+            F('partitions', '[]', fields=(
+                F('partition', 'int32'),
+                F('current_leader_epoch', 'int32', '2+', default=NO_EPOCH),
+                F('leader_epoch', 'int32'),
+            )),
+        )),
+    ),
+    response=(
+        F('throttle_time_ms', 'int32', '2+'),
+        F('topics', '[]', fields=(
+            F('topic', 'string'),
+            F('partitions', '[]', fields=(
+                F('error_code', 'int16'),
+                F('partition', 'int32'),
+                F('leader_epoch', 'int32', '1+', default=NO_EPOCH),
+                F('end_offset', 'int64', default=-1),
+            )),
+        )),
+    ),
+)
+
+CREATE_PARTITIONS = Message(
+    key=37, name='CreatePartitions', versions='0-3', flexible='2+',
+    request=(
+        F('topics', '[]', fields=(
+            F('name', 'string'),
+            F('count', 'int32'),  # the new total number of partitions
+            # One entry per new partition, or null to let the controller place them.
+            F('assignments', '[]', nullable='0+', default=None, fields=(
+                F('broker_ids', '[]int32'),
+            )),
+        )),
+        F('timeout_ms', 'int32'),
+        F('validate_only', 'bool'),
+    ),
+    response=(
+        F('throttle_time_ms', 'int32'),
+        F('results', '[]', fields=(
+            F('name', 'string'),
+            F('error_code', 'int16'),
+            F('error_message', 'string', nullable='0+', default=None),
+        )),
+    ),
+)
