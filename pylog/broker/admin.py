@@ -14,7 +14,7 @@ import time
 from pylog.broker.config import BrokerConfig
 from pylog.broker.partitions import PartitionLogs
 from pylog.cluster.metadata import NO_LEADER, ClusterMetadata
-from pylog.cluster.placement import validate_topic_name
+from pylog.cluster.placement import check_partition_growth, validate_topic_name
 from pylog.errors import (
     ConfigError, CoordinatorNotAvailableError, InvalidConfigError, InvalidPartitionsError, InvalidReplicaAssignmentError,
     InvalidTopicError, KafkaError, LeaderNotAvailableError, TopicAlreadyExistsError,
@@ -155,6 +155,30 @@ class AdminHandlers:
             raise InvalidPartitionsError(
                 f"number of partitions must be in 1..{limit} (max.partitions.per.topic), "
                 f"got {partitions}")
+
+    def create_partitions(self, body: dict, version: int) -> dict:
+        """CreatePartitions: grow topics (placement by the controller's rule only)."""
+        results = []
+        for request in body["topics"]:
+            result = {"name": request["name"], "error_code": 0, "error_message": None}
+            try:
+                if request["assignments"]:
+                    raise InvalidReplicaAssignmentError(
+                        "manual replica assignment is not supported")
+                self._check_partition_count(request["count"])
+                if body["validate_only"]:
+                    topic = self.metadata.topic(request["name"])
+                    if topic is None:
+                        raise UnknownTopicOrPartitionError(
+                            f"topic {request['name']!r} does not exist")
+                    check_partition_growth(request["name"], topic.num_partitions,
+                                           request["count"])
+                else:
+                    self.metadata.add_partitions(request["name"], request["count"])
+            except KafkaError as error:
+                result.update(error_code=error.errno, error_message=str(error))
+            results.append(result)
+        return {"throttle_time_ms": 0, "results": results}
 
     def delete_topics(self, body: dict, version: int) -> dict:
         names = list(body["topic_names"]) + [t["name"] for t in body.get("topics", [])

@@ -74,6 +74,23 @@ _SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
     "queued.max.request.bytes": (_int, 512 * 1024 * 1024,
                                  "request bytes buffered broker-wide before reads pause"),
     "num.network.threads": (_int, 3, "processor threads that read, handle and write requests"),
+    "min.insync.replicas": (_int, 1, "acks=all needs at least this many in-sync replicas"),
+    "unclean.leader.election.enable": (_bool, False,
+                                       "let an out-of-sync replica lead when no ISR member lives"),
+    "replica.lag.time.max.ms": (_int, 30000,
+                                "a follower not caught up for this long leaves the ISR"),
+    "replica.fetch.wait.max.ms": (_int, 500, "longest a follower's fetch waits at the leader"),
+    "replica.fetch.max.bytes": (_int, 1048576, "bytes per partition in a follower's fetch"),
+    "replica.fetch.response.max.bytes": (_int, 10485760, "bytes per follower fetch response"),
+    "replica.fetch.backoff.ms": (_int, 200, "wait after a follower fetch fails"),
+    "controlled.shutdown.enable": (_bool, True,
+                                   "on SIGTERM, hand leaderships to other replicas first"),
+    "controlled.shutdown.timeout.ms": (_int, 30000,
+                                       "longest a controlled shutdown waits for leaders to move"),
+    "auto.leader.rebalance.enable": (_bool, True,
+                                     "move leadership back to preferred replicas in the ISR"),
+    "leader.imbalance.check.interval.seconds": (_int, 300,
+                                                "how often preferred leaders are restored"),
     "zookeeper.connect": (_str, None, "host:port[,host:port][/chroot]; set for cluster mode"),
     "zookeeper.session.timeout.ms": (_int, 18000, "ZooKeeper session timeout"),
     "zookeeper.connection.timeout.ms": (_int, 18000, "wait this long for the first connection"),
@@ -133,7 +150,11 @@ class BrokerConfig:
     def _check(self) -> None:
         for key in ("num.partitions", "num.network.threads", "message.max.bytes",
                     "socket.request.max.bytes", "default.replication.factor",
-                    "max.partitions.per.topic", "queued.max.request.bytes"):
+                    "max.partitions.per.topic", "queued.max.request.bytes",
+                    "min.insync.replicas", "replica.lag.time.max.ms",
+                    "replica.fetch.wait.max.ms", "replica.fetch.max.bytes",
+                    "replica.fetch.response.max.bytes", "replica.fetch.backoff.ms",
+                    "leader.imbalance.check.interval.seconds"):
             if self[key] < 1:
                 raise ConfigError(key, f"must be at least 1, got {self[key]}")
         if self["num.partitions"] > self["max.partitions.per.topic"]:
@@ -218,6 +239,9 @@ class BrokerConfig:
             "log.flush.expose.unflushed": ("expose_unflushed",
                                            self["log.flush.expose.unflushed"]),
             "message.max.bytes": ("max_batch_size", self["message.max.bytes"]),
+            "min.insync.replicas": ("min_insync_replicas", self["min.insync.replicas"]),
+            "unclean.leader.election.enable": ("unclean_leader_election",
+                                               self["unclean.leader.election.enable"]),
         }
         try:
             return LogConfig(**{field: value for field, value in settings.values()})

@@ -4,8 +4,10 @@
 
 * ``Reply`` -- the response as chunks (bytes and file regions) with its total size;
 * ``None`` -- no response at all (Produce with acks=0);
-* ``Parked`` -- a Fetch waiting for data; the network layer calls ``attempt`` again
-  when an append wakes it or its deadline passes.
+* ``Parked`` -- a Fetch waiting for data, or an acks=all Produce waiting for the
+  in-sync replicas; the network layer calls ``attempt`` again when a change to one of
+  its partitions (append, high watermark, ISR, leadership) wakes it or its deadline
+  passes.
 
 It raises ``CloseConnection`` for requests that cannot be answered on this connection
 (unknown API key, unsupported version, malformed or truncated frame), so the caller
@@ -23,7 +25,8 @@ from typing import Callable
 from pylog.broker.admin import AdminHandlers
 from pylog.broker.fetch import FetchWork, close_regions, handle_list_offsets, start_fetch
 from pylog.broker.partitions import PartitionLogs
-from pylog.broker.produce import handle_produce
+from pylog.broker.produce import ProduceWork, handle_produce
+from pylog.broker.replication_handlers import handle_offset_for_leader_epoch
 from pylog.errors import InvalidRequestError, UnsupportedVersionError
 from pylog.protocol import (
     MESSAGES, ApiKey, decode_request, encode_response_chunks, peek_header)
@@ -41,6 +44,8 @@ SERVED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.CREATE_TOPICS: (0, 5),
     ApiKey.DELETE_TOPICS: (0, 4),
     ApiKey.INIT_PRODUCER_ID: (0, 1),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
 }
 # Group APIs are not advertised; a client that sends them anyway learns there is no
 # coordinator rather than losing its connection.
@@ -62,11 +67,13 @@ class Reply:
 
 @dataclass
 class Parked:
-    """A Fetch waiting for ``min_bytes``; ``deadline`` is on the dispatcher's clock."""
+    """A request waiting (a Fetch for ``min_bytes``, a Produce for the ISR);
+    ``deadline`` is on the dispatcher's clock."""
 
-    work: FetchWork
+    work: FetchWork | ProduceWork
     api_version: int
     correlation_id: int
+    api_key: int = ApiKey.FETCH
 
     @property
     def deadline(self) -> float:
@@ -77,11 +84,11 @@ class Parked:
         return self.work.partitions
 
     def attempt(self, final: bool) -> Reply | None:
-        with _one_line_failures(ApiKey.FETCH, self.api_version):
+        with _one_line_failures(self.api_key, self.api_version):
             body = self.work.attempt(final)
             if body is None:
                 return None
-            return _reply(ApiKey.FETCH, self.api_version, self.correlation_id, body)
+            return _reply(self.api_key, self.api_version, self.correlation_id, body)
 
 
 @contextlib.contextmanager
@@ -143,6 +150,8 @@ class Dispatcher:
                 return None
             if isinstance(body, FetchWork):
                 return self._first_attempt(body, version, correlation_id)
+            if isinstance(body, ProduceWork):
+                return Parked(body, version, correlation_id, ApiKey.PRODUCE)
             return _reply(api_key, version, correlation_id, body)
 
     def _served(self, api_key: int, version: int) -> bool:
@@ -156,7 +165,7 @@ class Dispatcher:
 
     def _handle(self, api_key: int, version: int, body: dict):
         if api_key == ApiKey.PRODUCE:
-            return handle_produce(body, version, self.logs)
+            return handle_produce(body, version, self.logs, self.clock())
         if api_key == ApiKey.FETCH:
             return start_fetch(body, version, self.logs, self.clock())
         if api_key == ApiKey.LIST_OFFSETS:
@@ -171,6 +180,10 @@ class Dispatcher:
             return self.admin.delete_topics(body, version)
         if api_key == ApiKey.INIT_PRODUCER_ID:
             return self.admin.init_producer_id(body, version)
+        if api_key == ApiKey.CREATE_PARTITIONS:
+            return self.admin.create_partitions(body, version)
+        if api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
+            return handle_offset_for_leader_epoch(body, version, self.logs)
         if api_key in GROUP_APIS:
             return self.admin.no_coordinator(api_key, version)
         raise CloseConnection(f"{MESSAGES[api_key].name} is not served")

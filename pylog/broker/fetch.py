@@ -7,8 +7,18 @@ again when an append to one of its partitions wakes it, or when ``max_wait_ms`` 
 No data past the high watermark is ever returned; the first batch comes whole even if
 it is larger than the size limits. SessionId 0: no fetch sessions.
 
-ListOffsets: -2 is the log start, -1 the high watermark, anything else a timestamp
-looked up through the time index and refined to the first record at or after it.
+A follower's Fetch (``replica_id`` >= 0, cluster mode) first tells the replica manager
+where the follower's log ends (which moves the high watermark and the ISR), then reads up
+to the log end rather than the high watermark. A broker that is not one of the
+partition's replicas gets NOT_LEADER_OR_FOLLOWER for it. ``current_leader_epoch`` is
+fenced: FENCED_LEADER_EPOCH when older than the leader's, UNKNOWN_LEADER_EPOCH when newer.
+
+A Fetch or ListOffsets with ``replica_id`` -2 (Kafka's debugging consumer, which replica
+verification uses) is served by any replica of the partition, up to its log end.
+
+ListOffsets: -2 is the log start, -1 the high watermark (the log end for a follower),
+anything else a timestamp looked up through the time index and refined to the first
+record at or after it.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ log = logging.getLogger(__name__)
 
 LATEST = -1
 EARLIEST = -2
+DEBUGGING_REPLICA_ID = -2
 MIN_FETCH_VERSION = 4
 
 
@@ -37,9 +48,35 @@ class FetchWork:
     deadline: float  # clock seconds
     partitions: list[TopicPartition] = field(default_factory=list)
 
+    refused: dict[TopicPartition, KafkaError] = field(default_factory=dict)
+
     def __post_init__(self) -> None:
         self.partitions = [TopicPartition(t["topic"], p["partition"])
                            for t in self.body["topics"] for p in t["partitions"]]
+        self.replica_id = self.body.get("replica_id", -1)
+        if self.replica_id >= 0 and self.logs.replicas is not None:
+            self._record_follower_positions()
+
+    def _record_follower_positions(self) -> None:
+        for topic in self.body["topics"]:
+            for p in topic["partitions"]:
+                tp = TopicPartition(topic["topic"], p["partition"])
+                try:
+                    self.logs.replicas.follower_fetch(tp, self.replica_id,
+                                                      p.get("current_leader_epoch", -1),
+                                                      p["fetch_offset"])
+                except KafkaError as error:
+                    self.refused[tp] = error
+
+    @property
+    def from_follower(self) -> bool:
+        return self.replica_id >= 0 and self.logs.replicas is not None
+
+    @property
+    def debugging(self) -> bool:
+        """replica_id -2 (Kafka's debugging consumer, used by replica verification):
+        served by any replica, leader or follower, up to its log end."""
+        return self.replica_id == DEBUGGING_REPLICA_ID
 
     def attempt(self, final: bool) -> dict | None:
         """The response body if ready (or ``final``); None to keep waiting."""
@@ -78,10 +115,18 @@ class FetchWork:
                   "aborted_transactions": None, "preferred_read_replica": -1,
                   "records": b""}
         try:
-            partition_log = self.logs.leader_log(topic, p["partition"])
+            refused = self.refused.get(TopicPartition(topic, p["partition"]))
+            if refused is not None:
+                raise refused
+            if self.debugging:
+                partition_log = self.logs.replica_log(topic, p["partition"])
+            else:
+                partition_log = self.logs.leader_log(topic, p["partition"],
+                                                     p.get("current_leader_epoch", -1))
             budget = min(p["partition_max_bytes"], remaining)
             if budget > 0:
-                read = partition_log.read(p["fetch_offset"], budget)
+                read = partition_log.read(p["fetch_offset"], budget,
+                                          up_to_log_end=self.from_follower or self.debugging)
                 hw, start = read.high_watermark, read.log_start_offset
                 if read.region is not None:
                     result["records"] = read.region
@@ -121,9 +166,19 @@ def handle_list_offsets(body: dict, version: int, logs: PartitionLogs) -> dict:
                       "old_style_offsets": [], "timestamp": -1, "offset": -1,
                       "leader_epoch": -1}
             try:
-                partition_log = logs.leader_log(topic["name"], p["partition_index"])
-                offset, timestamp = _lookup(partition_log, p["timestamp"])
-                result.update(offset=offset, timestamp=timestamp, leader_epoch=0,
+                replica_id = body.get("replica_id", -1)
+                if replica_id == DEBUGGING_REPLICA_ID:
+                    partition_log = logs.replica_log(topic["name"], p["partition_index"])
+                else:
+                    partition_log = logs.leader_log(topic["name"], p["partition_index"],
+                                                    p.get("current_leader_epoch", -1))
+                if (replica_id >= 0 or replica_id == DEBUGGING_REPLICA_ID) \
+                        and p["timestamp"] == LATEST:
+                    offset, timestamp = partition_log.log_end_offset, -1
+                else:
+                    offset, timestamp = _lookup(partition_log, p["timestamp"])
+                result.update(offset=offset, timestamp=timestamp,
+                              leader_epoch=max(partition_log.latest_epoch, 0),
                               old_style_offsets=[] if offset < 0 else [offset])
             except KafkaError as error:
                 result["error_code"] = error.errno

@@ -7,8 +7,13 @@ NOT_LEADER_OR_FOLLOWER when another broker (or nobody) leads it. Logs are create
 the topic's configs over the broker defaults. Partitions of topics that disappear from
 the metadata are deleted from disk.
 
-``AppendWaiters`` lets a parked Fetch sleep until an append to one of its partitions
-wakes it (no polling).
+In cluster mode a ``ReplicaManager`` is attached (``replicas``): leadership is then its
+judgement (the role it applied from ZooKeeper, with leader-epoch fencing) rather than
+the metadata view's, and it opens the logs of partitions this broker follows.
+
+``AppendWaiters`` lets a parked request (a Fetch waiting for data, an acks=all Produce
+waiting for the ISR) sleep until a change to one of its partitions wakes it (no
+polling).
 """
 
 from __future__ import annotations
@@ -70,6 +75,7 @@ class PartitionLogs:
         self._lock = threading.Lock()
         self._logs: dict[TopicPartition, Log] = {}
         self._known_topics: set[str] = set(metadata.topics())
+        self.replicas = None  # the ReplicaManager, in cluster mode
         for tp in manager.partitions():
             # Apply each topic's configs to the logs loaded with the defaults.
             self._attach(tp, manager.get_or_create(tp.topic, tp.partition,
@@ -85,12 +91,15 @@ class PartitionLogs:
             return self.default_config
         return self.default_config.with_overrides(meta.configs)
 
-    def leader_log(self, topic: str, partition: int) -> Log:
+    def leader_log(self, topic: str, partition: int, current_leader_epoch: int = -1) -> Log:
         """This broker's log of a partition it leads.
 
-        Raises UnknownTopicOrPartitionError or NotLeaderOrFollowerError.
+        Raises UnknownTopicOrPartitionError or NotLeaderOrFollowerError (and, with a
+        replica manager, the leader-epoch fencing errors).
         """
         tp = TopicPartition(topic, partition)
+        if self.replicas is not None:
+            return self.replicas.leader_replica(tp, current_leader_epoch).log
         existing = self._logs.get(tp)
         meta = self.metadata.topic(topic)
         state = None if meta is None else meta.partitions.get(partition)
@@ -101,12 +110,35 @@ class PartitionLogs:
                                            f"lead {tp} (leader {state.leader})")
         if existing is not None:
             return existing
+        return self.open_log(topic, partition)
+
+    def replica_log(self, topic: str, partition: int) -> Log:
+        """This broker's log of a partition it holds a replica of, whatever its role.
+
+        Raises UnknownTopicOrPartitionError, or NotLeaderOrFollowerError when this broker
+        holds no replica of it.
+        """
+        if self.replicas is None:
+            return self.leader_log(topic, partition)
+        return self.replicas.local_replica(TopicPartition(topic, partition)).log
+
+    def open_log(self, topic: str, partition: int) -> Log:
+        """The local log of a partition, created with the topic's configs if needed."""
+        tp = TopicPartition(topic, partition)
         with self._lock:
             existing = self._logs.get(tp)
             if existing is None:
                 existing = self.manager.get_or_create(topic, partition, self.config_for(topic))
+                existing.update_config(self.config_for(topic))
                 self._attach(tp, existing)
             return existing
+
+    def delete_log(self, topic: str, partition: int) -> None:
+        """Delete a local replica that is no longer assigned to this broker."""
+        tp = TopicPartition(topic, partition)
+        with self._lock:
+            if self._logs.pop(tp, None) is not None or self.manager.get(topic, partition):
+                self.manager.delete_partition(topic, partition)
 
     def local_log(self, topic: str, partition: int) -> Log | None:
         return self._logs.get(TopicPartition(topic, partition))

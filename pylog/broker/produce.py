@@ -5,17 +5,29 @@ CORRUPT_MESSAGE (framing, magic, CRC), MESSAGE_TOO_LARGE (a batch over
 ``message.max.bytes``), RECORD_LIST_TOO_LARGE, UNKNOWN_TOPIC_OR_PARTITION,
 NOT_LEADER_OR_FOLLOWER, INVALID_TOPIC_EXCEPTION. Versions 0-2 (the old message formats)
 are advertised so librdkafka keeps compression on, but refused with UNSUPPORTED_VERSION.
-acks=0 gets no response at all; acks=-1 is acks=1 until replication exists.
+acks=0 gets no response at all; acks=1 is answered after the leader's append.
+
+acks=-1 (all) in cluster mode: a partition whose ISR is smaller than its
+``min.insync.replicas`` gets NOT_ENOUGH_REPLICAS and nothing is written. Otherwise the
+batches are appended and the request becomes a ``ProduceWork`` that the network layer
+parks (no thread waits) until every partition's high watermark has passed what it
+appended: then OK, or NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below the
+minimum meanwhile; NOT_LEADER_OR_FOLLOWER if leadership moved (the append may be
+truncated away by the new leader); REQUEST_TIMED_OUT after the request's timeout.
+Standalone, acks=-1 is acks=1: the broker is the whole ISR.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 
 from pylog.broker.partitions import PartitionLogs
 from pylog.cluster.placement import validate_topic_name
 from pylog.errors import (
-    CorruptMessageError, InvalidRequiredAcksError, KafkaError, UnsupportedVersionError)
+    CorruptMessageError, InvalidRequiredAcksError, KafkaError, NotEnoughReplicasAfterAppendError,
+    NotLeaderOrFollowerError, RequestTimedOutError, UnsupportedVersionError)
+from pylog.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -30,22 +42,83 @@ def _partition_result(index: int, error: KafkaError | None = None, base_offset: 
             "error_message": None if error is None else str(error)}
 
 
-def handle_produce(body: dict, version: int, logs: PartitionLogs) -> dict | None:
-    """The response body, or None for acks=0."""
+@dataclass
+class _Pending:
+    """An acks=all append waiting for the ISR: done when the high watermark reaches
+    ``required_offset`` while the replica still leads in ``leader_epoch``."""
+
+    result: dict
+    replica: object
+    leader_epoch: int
+    required_offset: int
+
+
+@dataclass
+class ProduceWork:
+    """An acks=all Produce whose appends wait for the ISR; ``attempt`` until it returns
+    the response body."""
+
+    response: dict
+    pending: dict[TopicPartition, _Pending]
+    deadline: float  # clock seconds
+    partitions: list[TopicPartition] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.partitions = list(self.pending)
+
+    def attempt(self, final: bool) -> dict | None:
+        for tp, waiting in list(self.pending.items()):
+            error = _still_waiting(waiting, final)
+            if error is False:
+                continue
+            if error is not None:
+                waiting.result.update(error_code=error.errno, error_message=str(error))
+            del self.pending[tp]
+        return None if self.pending else self.response
+
+
+def _still_waiting(waiting: _Pending, final: bool):
+    """False while waiting; else None (done) or the error to answer with."""
+    replica = waiting.replica
+    state = replica.leader_state()
+    if state is None or state[0] != waiting.leader_epoch:
+        return NotLeaderOrFollowerError(f"leadership of {replica.tp} moved while waiting "
+                                        "for the in-sync replicas")
+    if replica.log.high_watermark >= waiting.required_offset:
+        min_isr = replica.log.config.min_insync_replicas
+        if len(state[1]) < min_isr:
+            return NotEnoughReplicasAfterAppendError(
+                f"{replica.tp}: written, but the ISR {list(state[1])} is smaller than "
+                f"min.insync.replicas={min_isr}")
+        return None
+    if final:
+        return RequestTimedOutError(f"{replica.tp}: the in-sync replicas did not confirm "
+                                    "the append in time")
+    return False
+
+
+def handle_produce(body: dict, version: int, logs: PartitionLogs,
+                   now: float = 0.0) -> dict | ProduceWork | None:
+    """The response body, None for acks=0, or a ProduceWork for acks=all to wait on."""
     acks = body["acks"]
     topics_out = []
+    pending: dict[TopicPartition, _Pending] = {}
     for topic_data in body["topic_data"]:
         name = topic_data["name"]
-        results = [_produce_partition(name, p, version, acks, logs)
+        results = [_produce_partition(name, p, version, acks, logs, pending)
                    for p in topic_data["partition_data"]]
         topics_out.append({"name": name, "partition_responses": results})
     if acks == 0:
         return None
-    return {"responses": topics_out, "throttle_time_ms": 0}
+    response = {"responses": topics_out, "throttle_time_ms": 0}
+    if pending:
+        work = ProduceWork(response, pending, now + max(body["timeout_ms"], 0) / 1000)
+        return work.attempt(final=False) or work
+    return response
 
 
 def _produce_partition(topic: str, partition_data: dict, version: int, acks: int,
-                       logs: PartitionLogs) -> dict:
+                       logs: PartitionLogs, pending: dict) -> dict:
     index = partition_data["index"]
     try:
         if version < MIN_SERVED_VERSION:
@@ -57,10 +130,17 @@ def _produce_partition(topic: str, partition_data: dict, version: int, acks: int
         records = partition_data["records"]
         if records is None:
             raise CorruptMessageError("the records of a produce request may not be null")
-        partition_log = logs.leader_log(topic, index)
-        info = partition_log.append(records)
-        return _partition_result(index, base_offset=info.first_offset,
-                                 log_start_offset=info.log_start_offset)
+        if logs.replicas is None:
+            info = logs.leader_log(topic, index).append(records)
+            return _partition_result(index, base_offset=info.first_offset,
+                                     log_start_offset=info.log_start_offset)
+        tp = TopicPartition(topic, index)
+        info, replica = logs.replicas.append_as_leader(tp, records, acks)
+        result = _partition_result(index, base_offset=info.first_offset,
+                                   log_start_offset=info.log_start_offset)
+        if acks == -1:
+            pending[tp] = _Pending(result, replica, replica.leader_epoch, info.last_offset + 1)
+        return result
     except KafkaError as error:
         log.debug("produce to %s-%d refused: %s", topic, index, error)
         return _partition_result(index, error)

@@ -25,6 +25,7 @@ from pylog.broker.dispatch import Dispatcher
 from pylog.broker.meta import ensure_meta
 from pylog.broker.network import Acceptor, Processor
 from pylog.broker.partitions import AppendWaiters, PartitionLogs
+from pylog.broker.replica_manager import ReplicaManager
 from pylog.cluster.metadata import ClusterMetadata
 from pylog.cluster.standalone import StandaloneMetadata
 from pylog.errors import ConfigError
@@ -42,7 +43,10 @@ def build_cluster_metadata(config: BrokerConfig, endpoint: BrokerEndpoint) -> Cl
         metadata = ZkClusterMetadata(
             config["zookeeper.connect"], endpoint.broker_id, endpoint.host, endpoint.port,
             endpoint.rack, session_timeout_ms=config["zookeeper.session.timeout.ms"],
-            connection_timeout_ms=config["zookeeper.connection.timeout.ms"])
+            connection_timeout_ms=config["zookeeper.connection.timeout.ms"],
+            unclean_leader_election=config["unclean.leader.election.enable"],
+            auto_leader_rebalance=config["auto.leader.rebalance.enable"],
+            leader_imbalance_check_s=config["leader.imbalance.check.interval.seconds"])
         ensure_meta(config.log_dirs, endpoint.broker_id, metadata.cluster_id)
         return metadata
     cluster_id = ensure_meta(config.log_dirs, endpoint.broker_id)
@@ -66,6 +70,7 @@ class Broker:
         self.clock = clock
         self.metadata: ClusterMetadata | None = None
         self.manager: LogManager | None = None
+        self.replicas: ReplicaManager | None = None
         self._server: socket.socket | None = None
         self._processors: list[Processor] = []
         self._acceptor: Acceptor | None = None
@@ -117,6 +122,16 @@ class Broker:
         waiters = AppendWaiters()
         logs = PartitionLogs(self.manager, self.metadata, config.log_config, waiters)
         self.metadata.add_listener(logs.on_metadata_change)
+        if config["zookeeper.connect"]:
+            self.replicas = ReplicaManager(
+                logs, self.metadata, lag_time_ms=config["replica.lag.time.max.ms"],
+                fetch_wait_max_ms=config["replica.fetch.wait.max.ms"],
+                fetch_max_bytes=config["replica.fetch.response.max.bytes"],
+                fetch_partition_max_bytes=config["replica.fetch.max.bytes"],
+                fetch_backoff_ms=config["replica.fetch.backoff.ms"], wake=waiters.notify)
+            logs.replicas = self.replicas
+            self.metadata.add_listener(self.replicas.on_metadata_change)
+            self.replicas.start()
         dispatcher = Dispatcher(AdminHandlers(config, self.metadata, logs), logs, self.clock)
         budget = RequestBudget(config["queued.max.request.bytes"])
         self._processors = [
@@ -133,10 +148,18 @@ class Broker:
                  endpoint.host, endpoint.port, self.metadata.cluster_id)
 
     def stop(self) -> None:
-        """Stop serving, then flush and close every log with a clean-shutdown marker."""
+        """Stop serving, then flush and close every log with a clean-shutdown marker.
+
+        In cluster mode with ``controlled.shutdown.enable``, first hand this broker's
+        leaderships to other in-sync replicas (while still serving, so clients are told
+        NOT_LEADER_OR_FOLLOWER and move on), waiting up to
+        ``controlled.shutdown.timeout.ms``.
+        """
         with self._stop_lock:
             if self._stopped.is_set():
                 return
+            if self.replicas is not None and self.config["controlled.shutdown.enable"]:
+                self._controlled_shutdown()
             if self._acceptor is not None:
                 self._acceptor.stop()
                 self._acceptor.join()
@@ -148,7 +171,28 @@ class Broker:
             self._stopped.set()
             log.info("broker stopped cleanly")
 
+    def _controlled_shutdown(self) -> None:
+        deadline = self.clock() + self.config["controlled.shutdown.timeout.ms"] / 1000
+        self.replicas.begin_shutdown()
+        try:
+            self.metadata.begin_controlled_shutdown()
+        except Exception as error:  # noqa: BLE001 -- shut down anyway, uncontrolled
+            log.warning("controlled shutdown could not start: %s", error)
+            return
+        while self.clock() < deadline:
+            remaining = self.replicas.movable_leaderships()
+            if not remaining:
+                log.info("controlled shutdown: no leaderships left to move")
+                return
+            time.sleep(0.05)
+        log.warning("controlled shutdown: still leading %d partitions after %d ms; stopping "
+                    "anyway", len(self.replicas.movable_leaderships()),
+                    self.config["controlled.shutdown.timeout.ms"])
+
     def _close_storage(self) -> None:
+        if self.replicas is not None:
+            self.replicas.stop()
+            self.replicas = None
         if self.metadata is not None:
             self.metadata.close()
             self.metadata = None

@@ -6,10 +6,13 @@ its session ends, then everyone who saw the node vanish tries again. The winner 
 a transaction that first checks that version, so a controller that was replaced (its
 session expired while it was paused) cannot overwrite its successor's decisions.
 
-Leadership rule (no replication yet, so no data ever moves): a partition's leader is its
-preferred replica (replica 0) while that broker is registered, else -1 (offline). Every
-change of leader bumps ``leader_epoch``. When the leader goes offline the ISR keeps its last
-member, as Kafka does.
+Leadership (``election.elect``): a partition's leader stays while its broker is alive and
+not shutting down; otherwise the first assigned replica in the ISR that is takes over,
+with a new leader epoch. Dead and shutting-down replicas leave the ISR. Without an in-sync
+replica the partition goes offline unless ``unclean.leader.election.enable`` (the topic's,
+else the broker's) lets an out-of-sync replica lead. Leaders change ISRs themselves
+(conditional writes on the state node's version); a write of ours that loses that race is
+read again and decided again.
 
 Topic deletion: the controller carries out requests under ``/admin/delete_topics``,
 removing the assignment, partition states and config, then the request.
@@ -22,10 +25,12 @@ import time
 from typing import Callable
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 
 from pylog.cluster import layout
+from pylog.cluster.election import elect
 from pylog.cluster.layout import PartitionStateNode
+from pylog.cluster.reassignment import Reassigner
 from pylog.cluster.metadata import NO_LEADER
 from pylog.errors import PylogError
 
@@ -38,9 +43,17 @@ class ControllerMovedError(PylogError):
 
 class Controller:
     def __init__(self, client: KazooClient, broker_id: int,
-                 wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+                 wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000), *,
+                 unclean_default: bool = False) -> None:
         self._client = client
         self.broker_id = broker_id
+        self._unclean_default = unclean_default
+        self._preferred_requests: set[tuple[str, int]] = set()
+        self.auto_leader_rebalance = False
+        self._states_stale = False
+        self._reassigner = Reassigner(client, broker_id,
+                                      lambda ops: self._commit_guarded(None, ops),
+                                      lambda: self.epoch)
         self._wall_clock_ms = wall_clock_ms
         self.active = False
         self.epoch = 0
@@ -103,13 +116,46 @@ class Controller:
     # -- keeping partition states current -----------------------------------------------
 
     def reconcile(self) -> None:
-        """Carry out deletions and bring every partition's state in line with the rule."""
+        """Carry out deletions and bring every partition's state in line with the rules.
+
+        A state write that lost a race with a leader's ISR change is read and decided
+        again (a few passes at most; the next event triggers another reconcile anyway).
+        """
         if not self.active:
             return
         for topic in self._client.get_children(layout.DELETE_TOPICS):
             self._delete_topic(topic)
+        try:
+            data, request_stat = self._client.get(layout.PREFERRED_ELECTION)
+            self._preferred_requests.update(layout.decode_preferred_election(data))
+        except NoNodeError:
+            request_stat = None
+        except ValueError:
+            log.warning("ignoring an unreadable preferred replica election request")
+        for _ in range(5):
+            if self._reconcile_pass():
+                break
+        self._preferred_requests.clear()
         live = {int(child) for child in self._client.get_children(layout.BROKER_IDS)}
+        shutting_down = {int(child) for child in
+                         self._client.get_children(layout.CONTROLLED_SHUTDOWN)}
+        try:
+            self._reassigner.run(live - shutting_down)
+        except BadVersionError:
+            self._states.clear()  # raced with a leader's ISR write; the next pass retries
+        if request_stat is not None:
+            self._commit_guarded(None, lambda txn: txn.delete(
+                layout.PREFERRED_ELECTION, version=request_stat.version))
+
+    def _reconcile_pass(self) -> bool:
+        if self._states_stale:
+            self._states_stale = False
+            self._states.clear()
+        live = {int(child) for child in self._client.get_children(layout.BROKER_IDS)}
+        shutting_down = {int(child) for child in
+                         self._client.get_children(layout.CONTROLLED_SHUTDOWN)} & live
         seen = set()
+        settled = True
         for topic in self._client.get_children(layout.BROKER_TOPICS):
             try:
                 data, stat = self._client.get(layout.topic_path(topic))
@@ -118,20 +164,44 @@ class Controller:
             for partition, replicas in sorted(layout.decode_assignment(data).items()):
                 key = (topic, partition, stat.czxid)
                 seen.add(key)
-                self._elect_leader(key, replicas, live)
+                try:
+                    self._elect_leader(key, replicas, live, shutting_down)
+                except BadVersionError:
+                    settled = False  # a leader changed its ISR meanwhile: decide again
         self._states = {key: value for key, value in self._states.items() if key in seen}
+        return settled
+
+    def forget_states(self) -> None:
+        """Partition states changed behind our back (a leader's ISR write): read them
+        again at the next pass instead of deciding from stale ISRs. Called from kazoo's
+        thread, so it only sets a flag the worker thread acts on."""
+        self._states_stale = True
+
+    def request_preferred_election(self, partitions) -> None:
+        """Move leadership of these (topic, partition) pairs to their preferred replica at
+        the next reconcile, where it is in sync."""
+        self._preferred_requests.update(partitions)
+
+    def _unclean_allowed(self, topic: str) -> bool:
+        try:
+            data, _ = self._client.get(layout.topic_config_path(topic))
+            configs = layout.decode_topic_config(data)
+        except (NoNodeError, ValueError):
+            configs = {}
+        value = configs.get("unclean.leader.election.enable")
+        if value is None:
+            return self._unclean_default
+        return str(value).strip().lower() == "true"
 
     def _elect_leader(self, key: tuple[str, int, int], replicas: tuple[int, ...],
-                      live: set[int]) -> None:
-        """Write the partition's state if its leader should change.
+                      live: set[int], shutting_down: set[int]) -> None:
+        """Write the partition's state if its leader or ISR should change.
 
         ``key`` is (topic, partition, czxid of the topic node): a topic deleted and created
         again under the same name has a new czxid, so nothing cached about the old one is
         used for the new one.
         """
         topic, partition, _ = key
-        preferred = replicas[0]
-        leader = preferred if preferred in live else NO_LEADER
         path = layout.partition_state_path(topic, partition)
         if key not in self._states:
             try:
@@ -139,17 +209,28 @@ class Controller:
                 self._states[key] = (PartitionStateNode.decode(data), stat.version)
             except NoNodeError:
                 if self._ensure_partition_node(topic, partition):
-                    state = PartitionStateNode(leader, 0, (preferred,), self.epoch)
+                    chosen = elect(None, replicas, live, shutting_down)
+                    state = PartitionStateNode(chosen.leader, 0, chosen.isr, self.epoch)
                     self._commit_guarded(key, lambda txn: txn.create(path, state.encode()))
                     self._states[key] = (state, 0)
                 return
         current, version = self._states[key]
-        if current.leader == leader:
+        preferred = self.auto_leader_rebalance or (topic, partition) in self._preferred_requests
+        chosen = elect(current, replicas, live, shutting_down, preferred=preferred,
+                       unclean=False)
+        if chosen.leader == NO_LEADER and self._unclean_allowed(topic):
+            chosen = elect(current, replicas, live, shutting_down, unclean=True)
+        if chosen.leader == current.leader and chosen.isr == current.isr:
             return
-        isr = (leader,) if leader != NO_LEADER else (current.isr or (preferred,))
-        state = PartitionStateNode(leader, current.leader_epoch + 1, isr, self.epoch)
-        log.info("controller %d: %s-%d leader %d -> %d (leader epoch %d)", self.broker_id,
-                 topic, partition, current.leader, leader, state.leader_epoch)
+        leader_epoch = current.leader_epoch + (chosen.leader != current.leader)
+        state = PartitionStateNode(chosen.leader, leader_epoch, chosen.isr, self.epoch)
+        if chosen.leader != current.leader:
+            log.info("controller %d: %s-%d leader %d -> %d (leader epoch %d, isr %s)",
+                     self.broker_id, topic, partition, current.leader, chosen.leader,
+                     leader_epoch, list(chosen.isr))
+        else:
+            log.info("controller %d: %s-%d isr %s -> %s", self.broker_id, topic, partition,
+                     list(current.isr), list(chosen.isr))
         written = self._commit_guarded(
             key, lambda txn: txn.set_data(path, state.encode(), version=version))
         self._states[key] = (state, written.version)
@@ -174,16 +255,19 @@ class Controller:
         txn = self._client.transaction()
         txn.check(layout.CONTROLLER_EPOCH, self._epoch_version)
         add_operation(txn)
-        check_result, write_result = txn.commit()
+        check_result, *write_results = txn.commit()
         if isinstance(check_result, BadVersionError):
             self.active = False
             self._states.clear()
             raise ControllerMovedError(f"broker {self.broker_id} is no longer controller "
                                        f"(epoch {self.epoch} was superseded)")
-        if isinstance(write_result, Exception):
-            self._states.pop(key, None)
-            raise write_result
-        return write_result
+        failures = [r for r in write_results if isinstance(r, Exception)
+                    and not isinstance(r, RolledBackError)]
+        if failures:
+            if key is not None:
+                self._states.pop(key, None)
+            raise failures[0]
+        return write_results[0]
 
     def _delete_topic(self, topic: str) -> None:
         for path in (layout.topic_path(topic), layout.topic_config_path(topic)):

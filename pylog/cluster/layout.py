@@ -32,6 +32,23 @@ relative to the chroot given in ``zookeeper.connect``.
 ``/admin/delete_topics/<topic>`` (persistent, empty): a deletion request the controller
 carries out and then removes.
 
+``/admin/preferred_replica_election`` (persistent, removed by the controller once done)::
+
+    {"version": 1, "partitions": [{"topic": "events", "partition": 0}]}
+
+``/admin/reassign_partitions`` (persistent; the controller removes each partition from it as
+its reassignment completes, and the node when none is left)::
+
+    {"version": 1, "partitions": [{"topic": "events", "partition": 0, "replicas": [2, 3]}]}
+
+While partition p moves from replicas OAR to RAR its assignment is RAR + (OAR - RAR); once
+every replica of RAR is in the ISR, leadership moves into RAR if it must, and the
+assignment becomes RAR, whose brokers alone keep the partition.
+
+``/admin/controlled_shutdown/<id>`` (ephemeral, empty): broker ``id`` is shutting down
+cleanly; the controller moves its leaderships to other in-sync replicas and drops it from
+every ISR, and the broker stops once it leads nothing another replica could lead.
+
 Consumer groups of the seeds' high-level consumer live under ``/consumers/<group>/``:
 ``ids/<consumer id>`` (ephemeral, subscription JSON), ``owners/<topic>/<p>`` (ephemeral,
 owning consumer id) and ``offsets/<topic>/<p>`` (persistent, decimal next offset).
@@ -56,10 +73,14 @@ CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CONFIG_TOPICS = "/config/topics"
 DELETE_TOPICS = "/admin/delete_topics"
+CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
+PREFERRED_ELECTION = "/admin/preferred_replica_election"
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 CONSUMERS = "/consumers"
 
 # Created at start so watches on them always have a node to sit on.
-PERSISTENT_ROOTS = (BROKER_IDS, BROKER_TOPICS, CONFIG_TOPICS, DELETE_TOPICS, "/cluster")
+PERSISTENT_ROOTS = (BROKER_IDS, BROKER_TOPICS, CONFIG_TOPICS, DELETE_TOPICS, CONTROLLED_SHUTDOWN,
+                    "/cluster")
 
 
 def broker_path(broker_id: int) -> str:
@@ -88,6 +109,10 @@ def topic_config_path(topic: str) -> str:
 
 def delete_topic_path(topic: str) -> str:
     return f"{DELETE_TOPICS}/{topic}"
+
+
+def controlled_shutdown_path(broker_id: int) -> str:
+    return f"{CONTROLLED_SHUTDOWN}/{broker_id}"
 
 
 _ENDPOINT = re.compile(r"^(?P<protocol>[A-Za-z_]+)://\[?(?P<host>[^\]]*)\]?:(?P<port>\d+)$")
@@ -165,6 +190,30 @@ def decode_assignment(data: bytes) -> dict[int, tuple[int, ...]]:
     node = json.loads(data)
     return {int(p): tuple(int(b) for b in replicas)
             for p, replicas in node.get("partitions", {}).items()}
+
+
+def encode_preferred_election(partitions) -> bytes:
+    """``/admin/preferred_replica_election``: the partitions to move back to replica 0."""
+    return json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": int(partition)}
+        for topic, partition in sorted(partitions)]}).encode()
+
+
+def decode_preferred_election(data: bytes) -> list[tuple[str, int]]:
+    node = json.loads(data)
+    return [(str(p["topic"]), int(p["partition"])) for p in node.get("partitions", [])]
+
+
+def encode_reassignment(targets: Mapping[tuple[str, int], tuple[int, ...]]) -> bytes:
+    return json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": partition, "replicas": list(replicas)}
+        for (topic, partition), replicas in sorted(targets.items())]}).encode()
+
+
+def decode_reassignment(data: bytes) -> dict[tuple[str, int], tuple[int, ...]]:
+    node = json.loads(data)
+    return {(str(p["topic"]), int(p["partition"])): tuple(int(r) for r in p["replicas"])
+            for p in node.get("partitions", [])}
 
 
 def encode_controller(broker_id: int, now_ms: int) -> bytes:

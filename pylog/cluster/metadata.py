@@ -64,6 +64,13 @@ class ClusterMetadata(Protocol):
         InvalidReplicationFactorError.
         """
 
+    def add_partitions(self, name: str, total: int) -> TopicMetadata:
+        """Grow a topic to ``total`` partitions.
+
+        Raises UnknownTopicOrPartitionError, InvalidPartitionsError,
+        InvalidReplicationFactorError.
+        """
+
     def delete_topic(self, name: str) -> None:
         """Raises UnknownTopicOrPartitionError if it does not exist."""
 

@@ -53,3 +53,23 @@ def assign_replicas(num_partitions: int, replication_factor: int,
     n = len(brokers)
     return {i: tuple(brokers[(i + j) % n] for j in range(replication_factor))
             for i in range(num_partitions)}
+
+
+def check_partition_growth(topic: str, current: int, total: int) -> None:
+    """InvalidPartitionsError unless ``total`` adds partitions (they can never be removed)."""
+    if total <= current:
+        raise InvalidPartitionsError(f"topic {topic!r} has {current} partitions; the new "
+                                     f"count must be larger, got {total}")
+
+
+def assign_new_partitions(current: dict[int, tuple[int, ...]], total: int,
+                          live_broker_ids: Iterable[int]) -> dict[int, tuple[int, ...]]:
+    """Replicas for partitions ``len(current)..total-1`` with the topic's replication
+    factor, placed by the same rule as at creation (partition i over the live brokers).
+
+    >>> assign_new_partitions({0: (1, 2), 1: (2, 3)}, 3, [1, 2, 3])
+    {2: (3, 1)}
+    """
+    factor = len(next(iter(current.values()))) if current else 1
+    placed = assign_replicas(total, factor, live_broker_ids)
+    return {p: replicas for p, replicas in placed.items() if p >= len(current)}

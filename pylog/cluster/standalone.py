@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from pylog.cluster.metadata import PartitionState, TopicMetadata
-from pylog.cluster.placement import validate_topic_name
+from pylog.cluster.placement import check_partition_growth, validate_topic_name
 from pylog.errors import (
     InvalidPartitionsError, InvalidReplicationFactorError, KafkaStorageError,
     TopicAlreadyExistsError, UnknownTopicOrPartitionError)
@@ -82,6 +82,25 @@ class StandaloneMetadata:
             if name in self._topics:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
             topic = self._topic(name, num_partitions, dict(configs or {}))
+            topics = dict(self._topics)
+            topics[name] = topic
+            self._write_state(topics)
+            self._topics = topics
+        self._notify()
+        return topic
+
+    def add_partitions(self, name: str, total: int) -> TopicMetadata:
+        """Grow ``name`` to ``total`` partitions (CreatePartitions).
+
+        Raises UnknownTopicOrPartitionError, and InvalidPartitionsError unless ``total``
+        is more than the topic has.
+        """
+        with self._lock:
+            current = self._topics.get(name)
+            if current is None:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            check_partition_growth(name, current.num_partitions, total)
+            topic = self._topic(name, total, dict(current.configs))
             topics = dict(self._topics)
             topics[name] = topic
             self._write_state(topics)

@@ -34,9 +34,9 @@ log = logging.getLogger(__name__)
 
 # What changed, as passed to ``on_change``. STALE: a read or a watch failed (connection
 # trouble); the owner should call ``refresh`` (again, until it succeeds).
-BROKERS, TOPICS, ASSIGNMENT, STATE, CONFIG, CONTROLLER, DELETIONS, STALE = (
-    "brokers", "topics", "assignment", "state", "config", "controller", "deletions",
-    "stale")
+(BROKERS, TOPICS, ASSIGNMENT, STATE, CONFIG, CONTROLLER, DELETIONS, SHUTDOWNS, PREFERRED,
+ REASSIGNMENT, STALE) = ("brokers", "topics", "assignment", "state", "config", "controller",
+                         "deletions", "shutdowns", "preferred", "reassignment", "stale")
 
 
 class ClusterView:
@@ -60,6 +60,7 @@ class ClusterView:
         self._claim_leadership = False
         self._snapshot: dict[str, TopicMetadata] = {}
         self._hidden: tuple[dict, Mapping[str, TopicMetadata]] | None = None
+        self.reassignment_pending = False
 
     def start(self) -> None:
         """Set the root watches; returns once the initial state has been read."""
@@ -67,6 +68,9 @@ class ClusterView:
         ChildrenWatch(self._client, layout.BROKER_TOPICS, self._on_topics)
         DataWatch(self._client, layout.CONTROLLER, self._on_controller)
         ChildrenWatch(self._client, layout.DELETE_TOPICS, self._on_deletions)
+        ChildrenWatch(self._client, layout.CONTROLLED_SHUTDOWN, self._on_shutdowns)
+        DataWatch(self._client, layout.PREFERRED_ELECTION, self._on_preferred_election)
+        DataWatch(self._client, layout.REASSIGN_PARTITIONS, self._on_reassignment)
 
     # -- reads (no ZooKeeper) --------------------------------------------------------
 
@@ -278,6 +282,18 @@ class ClusterView:
     def _on_deletions(self, children: list[str]) -> None:
         self._deletions = frozenset(children)
         self._on_change(DELETIONS)
+
+    def _on_shutdowns(self, children: list[str]) -> None:
+        self._on_change(SHUTDOWNS)
+
+    def _on_reassignment(self, data, stat, event=None) -> None:
+        self.reassignment_pending = data is not None
+        if data is not None:
+            self._on_change(REASSIGNMENT)
+
+    def _on_preferred_election(self, data, stat, event=None) -> None:
+        if data is not None:
+            self._on_change(PREFERRED)
 
     # -- snapshot building (lock held) ----------------------------------------------------
 

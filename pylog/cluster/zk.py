@@ -27,14 +27,16 @@ from contextlib import contextmanager
 from typing import Callable, Iterator, Mapping
 
 from kazoo.client import KazooState
-from kazoo.exceptions import KazooException, NodeExistsError, RolledBackError
+from kazoo.exceptions import (BadVersionError, KazooException, NodeExistsError, NoNodeError,
+                              RolledBackError)
 
 from pylog.cluster import layout, view as view_events
 from pylog.cluster.controller import Controller
 from pylog.cluster.layout import BrokerRegistration
 from pylog.cluster.lease import SessionLease
 from pylog.cluster.metadata import NO_LEADER, PartitionState, TopicMetadata
-from pylog.cluster.placement import assign_replicas, validate_topic_name
+from pylog.cluster.placement import (assign_new_partitions, assign_replicas,
+                                     check_partition_growth, validate_topic_name)
 from pylog.cluster.registry import BrokerIdInUseError, BrokerRegistry
 from pylog.cluster.session import close_client, connect_client
 from pylog.cluster.view import ClusterView
@@ -47,7 +49,8 @@ log = logging.getLogger(__name__)
 
 # View changes after which the controller has to look at partition states again.
 _CONTROLLER_EVENTS = {view_events.BROKERS, view_events.TOPICS, view_events.ASSIGNMENT,
-                      view_events.DELETIONS}
+                      view_events.DELETIONS, view_events.SHUTDOWNS, view_events.PREFERRED,
+                      view_events.REASSIGNMENT}
 
 
 class ZkClusterMetadata:
@@ -70,8 +73,13 @@ class ZkClusterMetadata:
     def __init__(self, connect: str, broker_id: int, host: str, port: int,
                  rack: str | None = None, *, session_timeout_ms: int = 18000,
                  connection_timeout_ms: int = 18000, admin_timeout: float = 10.0,
+                 unclean_leader_election: bool = False, auto_leader_rebalance: bool = False,
+                 leader_imbalance_check_s: float = 300.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.local_broker_id = broker_id
+        self._unclean_default = unclean_leader_election
+        self._auto_leader_rebalance = auto_leader_rebalance
+        self._imbalance_check_s = leader_imbalance_check_s
         self._admin_timeout = admin_timeout
         self._clock = clock
         self._listeners: list[Callable[[], None]] = []
@@ -102,7 +110,9 @@ class ZkClusterMetadata:
         self._registry.register(stale_wait=self._session_timeout)
         self._lease.renewed(started_at)
         self._registered_session = self._session_id()
-        self._controller = Controller(self._client, self.local_broker_id)
+        self._controller = Controller(self._client, self.local_broker_id,
+                                      unclean_default=self._unclean_default)
+        self._controller.auto_leader_rebalance = False
         self._view = ClusterView(self._client, self.local_broker_id, self._on_view_change)
         self._worker = CoalescingWorker(f"pylog-zk-{self.local_broker_id}", [
             # "notify" first, so listeners see the hidden leadership before it comes back.
@@ -111,6 +121,7 @@ class ZkClusterMetadata:
             ("refresh", self._view.refresh),
             ("elect", self._elect),
             ("reconcile", self._controller.reconcile),
+            ("rebalance", self._rebalance),
         ])
         self._view.set_claim_leadership(True)
         self._view.start()
@@ -118,6 +129,9 @@ class ZkClusterMetadata:
         self._worker.start()
         self._lease.start()
         self._worker.request("elect")
+        if self._auto_leader_rebalance:
+            threading.Thread(target=self._rebalance_periodically, daemon=True,
+                             name=f"pylog-leader-rebalance-{self.local_broker_id}").start()
 
     def _session_id(self) -> int | None:
         client_id = self._client.client_id
@@ -220,6 +234,34 @@ class ZkClusterMetadata:
             raise RequestTimedOutError(f"{action}: ZooKeeper failed "
                                        f"({type(exc).__name__})") from exc
 
+    def add_partitions(self, name: str, total: int) -> TopicMetadata:
+        """Grow the topic to ``total`` partitions, placing the new ones over the live
+        brokers; waits up to ``admin_timeout`` for the controller to elect their leaders.
+
+        Raises UnknownTopicOrPartitionError, InvalidPartitionsError,
+        InvalidReplicationFactorError (fewer live brokers than the topic's replication
+        factor) and RequestTimedOutError.
+        """
+        with self._zookeeper(f"adding partitions to {name!r}"):
+            try:
+                data, stat = self._client.get(layout.topic_path(name))
+            except NoNodeError:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist") from None
+            current = layout.decode_assignment(data)
+            check_partition_growth(name, len(current), total)
+            live = [int(child) for child in self._client.get_children(layout.BROKER_IDS)]
+            assignment = dict(current)
+            assignment.update(assign_new_partitions(current, total, live))
+            try:
+                self._client.set(layout.topic_path(name), layout.encode_assignment(assignment),
+                                 version=stat.version)
+            except BadVersionError:
+                raise RequestTimedOutError(f"the assignment of {name!r} changed meanwhile; "
+                                           "try again") from None
+        log.info("topic %s grows from %d to %d partitions", name, len(current), total)
+        self._wait_for(lambda: _all_led(self._view.topic(name), assignment))
+        return self._view.topic(name)
+
     def delete_topic(self, name: str) -> None:
         """Ask the controller to delete the topic; waits up to ``admin_timeout`` for it.
 
@@ -238,6 +280,57 @@ class ZkClusterMetadata:
 
     def add_listener(self, callback: Callable[[], None]) -> None:
         self._listeners.append(callback)
+
+    # -- replication -------------------------------------------------------------------
+
+    def update_isr(self, topic: str, partition: int, leader_epoch: int,
+                   isr: tuple[int, ...]) -> bool:
+        """As the partition's leader in ``leader_epoch``, write a new ISR.
+
+        A conditional write on the state node's version (0.8's zkVersion check): it only
+        happens if the node still names this broker as leader in that epoch and nobody
+        (controller or an earlier leader) wrote it since it was read. False if refused;
+        the caller waits for the state the watches deliver. Raises RequestTimedOutError
+        when ZooKeeper is not reachable.
+        """
+        path = layout.partition_state_path(topic, partition)
+        with self._zookeeper(f"updating the ISR of {topic}-{partition}"):
+            try:
+                data, stat = self._client.get(path)
+            except NoNodeError:
+                return False
+            node = layout.PartitionStateNode.decode(data)
+            if node.leader != self.local_broker_id or node.leader_epoch != leader_epoch:
+                return False
+            updated = layout.PartitionStateNode(node.leader, node.leader_epoch, tuple(isr),
+                                                node.controller_epoch)
+            try:
+                self._client.set(path, updated.encode(), version=stat.version)
+            except (BadVersionError, NoNodeError):
+                return False
+        log.info("broker %d: %s-%d isr %s -> %s", self.local_broker_id, topic, partition,
+                 list(node.isr), list(isr))
+        return True
+
+    def begin_controlled_shutdown(self) -> None:
+        """Tell the controller this broker is going away (an ephemeral node), so it moves
+        this broker's leaderships to other in-sync replicas and drops it from ISRs."""
+        with self._zookeeper("starting controlled shutdown"):
+            try:
+                self._client.create(layout.controlled_shutdown_path(self.local_broker_id),
+                                    ephemeral=True)
+            except NodeExistsError:
+                pass
+
+    def request_preferred_election(self, partitions) -> None:
+        """Ask the controller (through ZooKeeper) to move these partitions' leadership to
+        their preferred replicas where those are in sync."""
+        with self._zookeeper("requesting preferred leader election"):
+            data = layout.encode_preferred_election(partitions)
+            try:
+                self._client.create(layout.PREFERRED_ELECTION, data)
+            except NodeExistsError:
+                raise RequestTimedOutError("a preferred leader election is already running")
 
     def close(self) -> None:
         """Leave the cluster: the registration (and controllership) go with the session."""
@@ -269,10 +362,29 @@ class ZkClusterMetadata:
             return
         if kind in _CONTROLLER_EVENTS and self._controller.active:
             self._worker.request("reconcile")
+        if kind == view_events.STATE and self._controller.active:
+            self._controller.forget_states()
+            if self._view.reassignment_pending:
+                self._worker.request("reconcile")
         if kind == view_events.CONTROLLER and (
                 self._view.controller_id() == NO_LEADER or self._controller.active):
             self._worker.request("elect")
         self._notify()
+
+    def _rebalance_periodically(self) -> None:
+        """``auto.leader.rebalance.enable``: every ``leader.imbalance.check.interval.seconds``
+        the controller moves leadership back to preferred replicas that are in sync."""
+        stop = threading.Event()
+        while not self._closed and not stop.wait(self._imbalance_check_s):
+            if self._controller.active:
+                self._worker.request("rebalance")
+
+    def _rebalance(self) -> None:
+        self._controller.auto_leader_rebalance = True
+        try:
+            self._controller.reconcile()
+        finally:
+            self._controller.auto_leader_rebalance = False
 
     def _notify(self) -> None:
         with self._changed:

@@ -78,7 +78,8 @@ def test_topic_placement_and_leaders_follow_the_seed_rule(start_broker, zk_clien
     assert json.loads(zk_client.get("/brokers/topics/spread")[0]) == {
         "version": 1, "partitions": {str(p): list(r) for p, r in expected.items()}}
     state = json.loads(zk_client.get("/brokers/topics/spread/partitions/2/state")[0])
-    assert state["leader"] == 30 and state["isr"] == [30] and state["leader_epoch"] == 0
+    # Every live replica starts in sync: they all hold the same empty log.
+    assert state["leader"] == 30 and state["isr"] == [30, 10] and state["leader_epoch"] == 0
     assert state["version"] == 1 and state["controller_epoch"] >= 1
     assert json.loads(zk_client.get("/config/topics/spread")[0])["config"] == {
         "retention.ms": "60000"}

@@ -1,0 +1,459 @@
+"""Replication across real broker processes: acks=all through a leader's SIGKILL, truncation
+of a former leader's tail, ISR shrink and expansion, unclean election, controlled shutdown.
+
+One ZooKeeper per module, a fresh chroot and three fresh brokers per test. Sessions are
+short (3 s) and ``replica.lag.time.max.ms`` small so that failover and ISR changes show
+within seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from confluent_kafka import KafkaError, Producer
+
+from pylog.client.admin import Admin
+from pylog.client.connection import BrokerConnection
+from pylog.protocol import ApiKey
+from tests.cluster.clients import kafka_python_consume
+from tests.cluster.cluster_helpers import LocalCluster
+from tests.cluster.conftest import wait_until
+
+TOPIC = "replicated"
+
+
+def make_cluster(tmp_path, zk_connect, **extra) -> LocalCluster:
+    settings = {"replica.lag.time.max.ms": 2000, "replica.fetch.wait.max.ms": 200,
+                "default.replication.factor": 3, "min.insync.replicas": 2,
+                "auto.leader.rebalance.enable": "false", "controlled.shutdown.timeout.ms": 15000}
+    settings.update(extra)
+    return LocalCluster(tmp_path, zk_connect, extra=settings).start()
+
+
+@pytest.fixture
+def cluster(tmp_path, zk_connect):
+    cluster = make_cluster(tmp_path, zk_connect)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+def create_topic(cluster: LocalCluster, partitions: int = 1, replication: int = 3,
+                 configs: dict | None = None) -> None:
+    with Admin(cluster.bootstrap()) as admin:
+        admin.create_topic(TOPIC, partitions, replication, configs or {})
+    wait_until(lambda: all(len(p.isr) == replication for p in partition_meta(cluster).values()),
+               message="every replica in the ISR")
+
+
+def partition_meta(cluster: LocalCluster, via: int | None = None):
+    via = via if via is not None else cluster.live()[0]
+    topic = cluster.metadata(via, [TOPIC]).topics.get(TOPIC)
+    return {} if topic is None else topic.partitions
+
+
+def leader_of(cluster: LocalCluster, partition: int = 0, via: int | None = None) -> int:
+    return partition_meta(cluster, via)[partition].leader
+
+
+class AcksAllProducer:
+    """confluent-kafka with acks=all; records which values were acknowledged, and errors."""
+
+    def __init__(self, bootstrap: str, **settings) -> None:
+        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                                  "message.timeout.ms": 60000, "retry.backoff.ms": 100,
+                                  "topic.metadata.refresh.interval.ms": 1000, **settings})
+        self.acked: list[tuple[int, int, str]] = []  # (partition, offset, value)
+        self.errors: list[KafkaError] = []
+
+    def _delivered(self, err, msg) -> None:
+        if err is not None:
+            self.errors.append(err)
+        else:
+            self.acked.append((msg.partition(), msg.offset(), msg.value().decode()))
+
+    def produce(self, value: str, partition: int = 0) -> None:
+        self.producer.produce(TOPIC, value=value.encode(), partition=partition,
+                              on_delivery=self._delivered)
+        self.producer.poll(0)
+
+    def flush(self, timeout: float = 90) -> None:
+        assert self.producer.flush(timeout) == 0, "messages still in flight"
+
+
+def produce_until(producer: AcksAllProducer, stop: threading.Event, prefix: str,
+                  partitions: int = 1) -> None:
+    n = 0
+    while not stop.is_set():
+        producer.produce(f"{prefix}-{n}", n % partitions)
+        n += 1
+        time.sleep(0.003)
+
+
+def read_all(cluster: LocalCluster, partitions: list[int]) -> list[tuple[int, str]]:
+    """Every (partition, value) through kcat from the live brokers, in log order."""
+    found = []
+    for partition in partitions:
+        result = subprocess.run(
+            ["kcat", "-b", cluster.bootstrap(*cluster.live()), "-C", "-t", TOPIC, "-p",
+             str(partition), "-o", "beginning", "-e", "-f", "%o %s\\n"],
+            capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        records = sorted((int(offset), value) for offset, value in
+                         (line.split(" ", 1) for line in result.stdout.splitlines() if line))
+        offsets = [offset for offset, _ in records]
+        assert len(set(offsets)) == len(offsets), "an offset was delivered twice"
+        found += [(partition, value) for _, value in records]
+    return found
+
+
+def segment_bytes(cluster: LocalCluster, broker_id: int, partition: int = 0) -> bytes:
+    directory = cluster.brokers[broker_id].log_dir / f"{TOPIC}-{partition}"
+    return b"".join(path.read_bytes() for path in sorted(directory.glob("*.log")))
+
+
+def test_acks_all_survives_the_leader_being_killed(cluster):
+    create_topic(cluster)
+    leader = leader_of(cluster)
+    producer = AcksAllProducer(cluster.bootstrap())
+    stop = threading.Event()
+    thread = threading.Thread(target=produce_until, args=(producer, stop, "v"))
+    thread.start()
+    try:
+        wait_until(lambda: len(producer.acked) > 200, message="acknowledged messages")
+        cluster.brokers[leader].kill()
+        wait_until(lambda: leader_of(cluster) not in (-1, leader), timeout=30,
+                   message="a new leader")
+        acked_before = len(producer.acked)
+        wait_until(lambda: len(producer.acked) > acked_before + 200, timeout=60,
+                   message="acknowledgements from the new leader")
+    finally:
+        stop.set()
+        thread.join()
+    producer.flush()
+    assert not [e for e in producer.errors if not e.retriable()], producer.errors
+    acked = {value for _, _, value in producer.acked}
+    offsets = {}
+    for _, offset, value in producer.acked:
+        assert offsets.setdefault(offset, value) == value, f"offset {offset} acked twice"
+    found = [value for _, value in read_all(cluster, [0])]
+    assert acked <= set(found), f"lost {len(acked - set(found))} acknowledged messages"
+    new_leader = leader_of(cluster)
+    assert new_leader != leader and new_leader in partition_meta(cluster)[0].isr
+
+
+def test_former_leader_truncates_its_unreplicated_tail_and_rejoins(cluster):
+    create_topic(cluster)
+    leader = leader_of(cluster)
+    followers = [b for b in cluster.brokers if b != leader]
+    producer = AcksAllProducer(cluster.bootstrap(), acks="all")
+    for n in range(50):
+        producer.produce(f"replicated-{n}")
+    producer.flush()
+    # Followers paused: whatever the leader appends now, past the one response already
+    # owed to their parked fetches, reaches no follower.
+    for broker_id in followers:
+        cluster.brokers[broker_id].pause()
+    one = AcksAllProducer(cluster.brokers[leader].bootstrap, acks="1")
+    one.produce("maybe-replicated")
+    one.flush(10)
+    time.sleep(0.3)
+    for n in range(20):
+        one.produce(f"tail-{n}")
+    one.flush(10)
+    cluster.brokers[leader].kill()
+    for broker_id in followers:
+        cluster.brokers[broker_id].resume()
+    wait_until(lambda: leader_of(cluster, via=followers[0]) in followers, timeout=30,
+               message="a follower to take over")
+    after = AcksAllProducer(cluster.bootstrap(*followers))
+    for n in range(30):
+        after.produce(f"after-{n}")
+    after.flush()
+    cluster.brokers[leader].start()
+    wait_until(lambda: len(partition_meta(cluster)[0].isr) == 3, timeout=30,
+               message="the former leader back in the ISR")
+    values = [value for _, value in read_all(cluster, [0])]
+    assert not [v for v in values if v.startswith("tail-")]
+    assert [v for v in values if v.startswith("after-")] == [f"after-{n}" for n in range(30)]
+    wait_until(lambda: len({segment_bytes(cluster, b) for b in cluster.brokers}) == 1,
+               timeout=20, message="byte-identical replicas")
+    assert "truncating" in cluster.brokers[leader].log_text()
+
+
+def test_paused_follower_leaves_the_isr_and_acks_all_needs_min_insync(cluster):
+    create_topic(cluster)
+    leader = leader_of(cluster)
+    followers = [b for b in cluster.brokers if b != leader]
+    cluster.brokers[followers[0]].pause()
+    try:
+        wait_until(lambda: followers[0] not in partition_meta(cluster, leader)[0].isr,
+                   timeout=20, message="the paused follower out of the ISR")
+        producer = AcksAllProducer(cluster.brokers[leader].bootstrap)
+        producer.produce("two-in-sync")
+        producer.flush()
+        assert producer.errors == []
+        cluster.brokers[followers[1]].pause()
+        wait_until(lambda: partition_meta(cluster, leader)[0].isr == (leader,), timeout=20,
+                   message="only the leader in the ISR")
+        lonely = AcksAllProducer(cluster.brokers[leader].bootstrap, **{
+            "message.timeout.ms": 3000, "retries": 0})
+        lonely.produce("refused")
+        lonely.producer.flush(10)
+        assert [e.code() for e in lonely.errors] == [KafkaError.NOT_ENOUGH_REPLICAS]
+    finally:
+        for broker_id in followers:
+            cluster.brokers[broker_id].resume()
+    wait_until(lambda: len(partition_meta(cluster, leader)[0].isr) == 3, timeout=30,
+               message="both followers back in the ISR")
+    values = [value for _, value in read_all(cluster, [0])]
+    assert values == ["two-in-sync"]
+
+
+@pytest.mark.parametrize("unclean", [False, True])
+def test_unclean_leader_election(tmp_path, zk_connect, unclean):
+    cluster = make_cluster(tmp_path, zk_connect, **{
+        "unclean.leader.election.enable": str(unclean).lower(), "min.insync.replicas": 1})
+    try:
+        create_topic(cluster, replication=2)
+        replicas = partition_meta(cluster)[0].replicas
+        leader, follower = replicas[0], replicas[1]
+        producer = AcksAllProducer(cluster.bootstrap())
+        producer.produce("both-have-it")
+        producer.flush()
+        cluster.brokers[follower].kill()
+        wait_until(lambda: partition_meta(cluster, leader)[0].isr == (leader,), timeout=20,
+                   message="the ISR down to the leader")
+        only_leader = AcksAllProducer(cluster.brokers[leader].bootstrap)
+        only_leader.produce("only-the-leader-has-it")
+        only_leader.flush()
+        cluster.brokers[leader].kill()
+        cluster.brokers[follower].start()
+        other = next(b for b in cluster.brokers if b not in replicas)
+        if not unclean:
+            time.sleep(4)  # several session timeouts: still nobody may lead
+            assert leader_of(cluster, via=other) == -1
+            cluster.brokers[leader].start()
+            wait_until(lambda: leader_of(cluster, via=other) == leader, timeout=30,
+                       message="the old leader back")
+            expected = ["both-have-it", "only-the-leader-has-it"]
+        else:
+            wait_until(lambda: leader_of(cluster, via=other) == follower, timeout=30,
+                       message="the out-of-sync replica to lead")
+            expected = ["both-have-it"]
+        assert [value for _, value in read_all(cluster, [0])] == expected
+    finally:
+        cluster.close()
+
+
+def test_rolling_controlled_shutdown_under_acks_all_load(cluster):
+    create_topic(cluster, partitions=3)
+    producer = AcksAllProducer(cluster.bootstrap())
+    stop = threading.Event()
+    thread = threading.Thread(target=produce_until, args=(producer, stop, "r", 3))
+    thread.start()
+    try:
+        for broker_id in sorted(cluster.brokers):
+            wait_until(lambda: len(producer.acked) > 50, message="acknowledged messages")
+            started = time.monotonic()
+            assert cluster.brokers[broker_id].stop() == 0
+            assert time.monotonic() - started < 15
+            text = cluster.brokers[broker_id].log_text()
+            assert "controlled shutdown: no leaderships left to move" in text
+            cluster.brokers[broker_id].start()
+            wait_until(lambda: all(len(p.isr) == 3 for p in partition_meta(cluster).values()),
+                       timeout=30, message="every replica back in sync")
+    finally:
+        stop.set()
+        thread.join()
+    producer.flush()
+    assert not [e for e in producer.errors if not e.retriable()], producer.errors
+    acked = {(p, value) for p, _, value in producer.acked}
+    found = read_all(cluster, [0, 1, 2])
+    assert acked <= set(found), f"lost {len(acked - set(found))} acknowledged messages"
+
+
+def test_kafka_python_reads_through_a_failover(cluster):
+    create_topic(cluster)
+    producer = AcksAllProducer(cluster.bootstrap())
+    for n in range(100):
+        producer.produce(f"kp-{n}")
+    producer.flush()
+    cluster.brokers[leader_of(cluster)].kill()
+    survivors = cluster.live()
+    wait_until(lambda: leader_of(cluster, via=survivors[0]) in survivors, timeout=30,
+               message="a new leader")
+    values = kafka_python_consume(cluster.bootstrap(*survivors), TOPIC, [0])
+    assert values == {(0, f"kp-{n}") for n in range(100)}
+
+
+def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pylog.cli.main", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_reassignment_under_load_survives_a_controller_failover(tmp_path, zk_connect):
+    cluster = make_cluster(tmp_path, zk_connect, **{"min.insync.replicas": 1})
+    try:
+        create_topic(cluster, replication=2)
+        assert partition_meta(cluster)[0].replicas == (1, 2)
+        producer = AcksAllProducer(cluster.bootstrap())
+        stop = threading.Event()
+        thread = threading.Thread(target=produce_until, args=(producer, stop, "m"))
+        thread.start()
+        plan = tmp_path / "plan.json"
+        plan.write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": TOPIC, "partition": 0, "replicas": [2, 3]}]}))
+        try:
+            wait_until(lambda: len(producer.acked) > 100, message="acknowledged messages")
+            controller = cluster.controller(1)
+            result = run_cli("partitions", "reassign", "--zookeeper", zk_connect,
+                             "--execute", "--reassignment-json-file", str(plan))
+            assert result.returncode == 0, result.stderr
+            cluster.brokers[controller].kill()
+            time.sleep(1)
+            cluster.brokers[controller].start()
+
+            def verified() -> bool:
+                check = run_cli("partitions", "reassign", "--zookeeper", zk_connect,
+                                "--verify", "--reassignment-json-file", str(plan))
+                return check.returncode == 0 and "is completed" in check.stdout
+            wait_until(verified, timeout=60, message="the reassignment to complete")
+            acked_before = len(producer.acked)
+            wait_until(lambda: len(producer.acked) > acked_before + 50, timeout=30,
+                       message="acknowledgements after the move")
+        finally:
+            stop.set()
+            thread.join()
+        producer.flush()
+        meta = partition_meta(cluster)[0]
+        assert meta.replicas == (2, 3) and set(meta.isr) <= {2, 3} and meta.leader in (2, 3)
+        acked = {value for _, _, value in producer.acked}
+        found = {value for _, value in read_all(cluster, [0])}
+        assert acked <= found, f"lost {len(acked - found)} acknowledged messages"
+        wait_until(lambda: not (cluster.brokers[1].log_dir / f"{TOPIC}-0").exists(),
+                   message="broker 1 to delete its replica")
+        wait_until(lambda: segment_bytes(cluster, 2) == segment_bytes(cluster, 3),
+                   message="identical replicas on brokers 2 and 3")
+    finally:
+        cluster.close()
+
+
+def test_reassignment_naming_an_unknown_broker_changes_nothing(cluster, tmp_path, zk_connect):
+    create_topic(cluster, replication=2)
+    plan = tmp_path / "bad.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": TOPIC, "partition": 0, "replicas": [2, 9]}]}))
+    result = run_cli("partitions", "reassign", "--zookeeper", zk_connect, "--execute",
+                     "--reassignment-json-file", str(plan))
+    assert result.returncode != 0 and len(result.stderr.strip().splitlines()) == 1
+    assert "9" in result.stderr
+    assert partition_meta(cluster)[0].replicas == (1, 2)
+
+
+def test_preferred_leader_election_moves_leadership_back(cluster, zk_connect):
+    create_topic(cluster)
+    preferred = partition_meta(cluster)[0].replicas[0]
+    cluster.brokers[preferred].kill()
+    wait_until(lambda: leader_of(cluster, via=cluster.live()[0]) not in (-1, preferred),
+               timeout=30, message="a new leader")
+    cluster.brokers[preferred].start()
+    wait_until(lambda: len(partition_meta(cluster)[0].isr) == 3, timeout=30,
+               message="the preferred replica back in sync")
+    assert leader_of(cluster) != preferred  # auto.leader.rebalance.enable is off here
+    result = run_cli("leader-election", "--zookeeper", zk_connect, "--election-type",
+                     "preferred", "--topic", TOPIC, "--partition", "0")
+    assert result.returncode == 0, result.stderr
+    wait_until(lambda: leader_of(cluster) == preferred, message="the preferred leader back")
+
+
+def test_auto_leader_rebalance_restores_the_preferred_leader(tmp_path, zk_connect):
+    cluster = make_cluster(tmp_path, zk_connect, **{
+        "auto.leader.rebalance.enable": "true", "leader.imbalance.check.interval.seconds": 1})
+    try:
+        create_topic(cluster)
+        preferred = partition_meta(cluster)[0].replicas[0]
+        cluster.brokers[preferred].kill()
+        wait_until(lambda: leader_of(cluster, via=cluster.live()[0]) not in (-1, preferred),
+                   timeout=30, message="a new leader")
+        cluster.brokers[preferred].start()
+        wait_until(lambda: leader_of(cluster) == preferred, timeout=30,
+                   message="leadership back on the preferred replica")
+    finally:
+        cluster.close()
+
+
+def fetch_partition_error(port: int, replica_id: int, leader_epoch: int) -> int:
+    connection = BrokerConnection("127.0.0.1", port, timeout_s=10)
+    try:
+        response = connection.request(ApiKey.FETCH, {
+            "replica_id": replica_id, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+            "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "forgotten_topics_data": [], "rack_id": "",
+            "topics": [{"topic": TOPIC, "partitions": [{
+                "partition": 0, "current_leader_epoch": leader_epoch, "fetch_offset": 0,
+                "last_fetched_epoch": -1, "log_start_offset": -1,
+                "partition_max_bytes": 1 << 20}]}]})
+        return response["responses"][0]["partitions"][0]["error_code"]
+    finally:
+        connection.close()
+
+
+def offset_for_epoch(port: int, epoch: int, current_epoch: int = -1) -> dict:
+    connection = BrokerConnection("127.0.0.1", port, timeout_s=10)
+    try:
+        response = connection.request(ApiKey.OFFSET_FOR_LEADER_EPOCH, {
+            "replica_id": -2, "topics": [{"topic": TOPIC, "partitions": [{
+                "partition": 0, "current_leader_epoch": current_epoch, "leader_epoch": epoch}]}]})
+        return response["topics"][0]["partitions"][0]
+    finally:
+        connection.close()
+
+
+def test_fetches_naming_the_wrong_replica_or_epoch_get_kafkas_errors(cluster):
+    create_topic(cluster, replication=2)
+    first_leader = leader_of(cluster)
+    cluster.brokers[first_leader].stop()  # controlled: leadership moves, epoch 1
+    cluster.brokers[first_leader].start()
+    wait_until(lambda: len(partition_meta(cluster)[0].isr) == 2, message="both in sync")
+    meta = partition_meta(cluster)[0]
+    leader, port = meta.leader, cluster.ports[meta.leader]
+    outsider = next(b for b in cluster.brokers if b not in meta.replicas)
+    epoch = cluster.metadata(leader, [TOPIC]).topics[TOPIC].partitions[0]
+    leader_epoch = leader_epoch_of(cluster, leader)
+    assert fetch_partition_error(port, outsider, leader_epoch) == 6  # NOT_LEADER_OR_FOLLOWER
+    assert fetch_partition_error(port, -1, leader_epoch + 5) == 75  # UNKNOWN_LEADER_EPOCH
+    follower = next(r for r in meta.replicas if r != leader)
+    assert fetch_partition_error(cluster.ports[follower], -1, -1) == 6
+    assert leader != first_leader and leader_epoch >= 1
+    assert fetch_partition_error(port, -1, leader_epoch - 1) == 74  # FENCED_LEADER_EPOCH
+    assert fetch_partition_error(port, follower, leader_epoch) == 0
+    assert epoch.leader == leader
+    producer = AcksAllProducer(cluster.bootstrap())
+    for n in range(10):
+        producer.produce(f"e-{n}")
+    producer.flush()
+    answer = offset_for_epoch(port, leader_epoch)
+    assert (answer["error_code"], answer["leader_epoch"], answer["end_offset"]) == (
+        0, leader_epoch, 10)
+    assert offset_for_epoch(port, leader_epoch - 1)["end_offset"] == 0  # epoch 1 starts at 0
+    assert offset_for_epoch(port, leader_epoch, leader_epoch + 1)["error_code"] == 75
+    assert offset_for_epoch(cluster.ports[follower], leader_epoch)["error_code"] == 6
+    # Nothing changed in the cluster.
+    assert partition_meta(cluster)[0] == meta
+
+
+def leader_epoch_of(cluster: LocalCluster, broker_id: int) -> int:
+    connection = BrokerConnection("127.0.0.1", cluster.ports[broker_id], timeout_s=10)
+    try:
+        response = connection.request(ApiKey.METADATA, {
+            "topics": [{"name": TOPIC}], "allow_auto_topic_creation": False})
+        return response["topics"][0]["partitions"][0]["leader_epoch"]
+    finally:
+        connection.close()
