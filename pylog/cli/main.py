@@ -29,6 +29,9 @@ SUBCOMMANDS = (
     "produce",
     "consume",
     "offsets",
+    "reassign",
+    "leader_election",
+    "replica_verification",
 )
 
 

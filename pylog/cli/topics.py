@@ -1,16 +1,39 @@
-"""``pylog topics create|list|describe|delete``: topic administration (like kafka-topics.sh).
+r"""``pylog topics create|list|describe|alter|delete``: topic administration (like
+kafka-topics.sh).
 
     pylog topics create --topic events --partitions 3 --config retention.ms=86400000
     pylog topics list
     pylog topics describe --topic events
+    pylog topics describe --under-replicated-partitions
+    pylog topics alter --topic events --partitions 6
     pylog topics delete --topic events
+
+``alter`` adds partitions (--partitions is the new total; partitions are never removed).
+Records with a key may then go to another partition than before.
+
+``describe`` prints what kafka-topics.sh --describe prints, tab-separated: per topic
+
+    Topic: events\tPartitionCount: 3\tReplicationFactor: 3
+
+and per partition (Leader "none" when it has none; Offline only when replicas are down)
+
+    \tTopic: events\tPartition: 0\tLeader: 1\tReplicas: 1,2,3\tIsr: 1,2\tOffline: 3
+
+With --under-replicated-partitions (ISR smaller than the replica list) and/or
+--unavailable-partitions (no leader), only the matching partition lines are printed.
 """
 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 from pylog.errors import ConfigError
+
+if TYPE_CHECKING:  # importing pylog.client loads the whole client; `--help` stays fast
+    from pylog.client.metadata import PartitionMetadata, TopicMetadata
+
+DESCRIBE_FILTERS = ("--under-replicated-partitions", "--unavailable-partitions")
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -39,15 +62,22 @@ def check_request_timeout(args) -> None:
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("topics", help="create, list, describe or delete topics",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=["create", "list", "describe", "delete"])
-    parser.add_argument("--topic", help="topic name (create, delete; describe: one topic only)")
-    parser.add_argument("--partitions", type=int, default=1, help="partitions of a new topic (default 1)")
-    parser.add_argument("--replication-factor", type=int, default=1,
+    parser = subparsers.add_parser("topics", help="create, list, describe, alter or delete topics",
+                                   description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("action", choices=["create", "list", "describe", "alter", "delete"])
+    parser.add_argument("--topic",
+                        help="topic name (create, alter, delete; describe: one topic only)")
+    parser.add_argument("--partitions", type=int,
+                        help="partitions of a new topic (default 1); alter: the new total")
+    parser.add_argument("--replication-factor", type=int,
                         help="replicas of each partition of a new topic (default 1)")
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                         help="topic setting for create, repeatable (e.g. retention.ms=60000)")
+    parser.add_argument("--under-replicated-partitions", action="store_true",
+                        help="describe: only partitions whose ISR is smaller than their replicas")
+    parser.add_argument("--unavailable-partitions", action="store_true",
+                        help="describe: only partitions without a leader")
     add_bootstrap_argument(parser)
     parser.set_defaults(func=run)
 
@@ -65,16 +95,23 @@ def parse_configs(items: list[str]) -> dict[str, str]:
 def run(args) -> int:
     from pylog.client import Admin
 
-    if args.action in ("create", "delete") and not args.topic:
+    if args.action in ("create", "alter", "delete") and not args.topic:
         raise ConfigError("--topic", f"required for topics {args.action}")
+    check_describe_filters(args)
+    check_alter_options(args)
     check_range("--partitions", args.partitions, 1, INT32_MAX)
     check_range("--replication-factor", args.replication_factor, -1, INT16_MAX)
     check_request_timeout(args)
     configs = parse_configs(args.config)
     with Admin(args.bootstrap_server, request_timeout_ms=args.request_timeout_ms) as admin:
         if args.action == "create":
-            admin.create_topic(args.topic, args.partitions, args.replication_factor, configs)
+            admin.create_topic(args.topic, 1 if args.partitions is None else args.partitions,
+                               1 if args.replication_factor is None else args.replication_factor,
+                               configs)
             print(f"Created topic {args.topic}.")
+        elif args.action == "alter":
+            admin.create_partitions(args.topic, args.partitions)
+            print(f"Topic {args.topic} now has {args.partitions} partitions.")
         elif args.action == "delete":
             admin.delete_topic(args.topic)
             print(f"Deleted topic {args.topic}.")
@@ -82,15 +119,79 @@ def run(args) -> int:
             for name in admin.list_topics():
                 print(name)
         else:
-            for name in [args.topic] if args.topic else admin.list_topics():
-                _print_description(admin.describe_topic(name))
+            topics = admin.describe_topics([args.topic] if args.topic else None)
+            for line in describe_lines(topics, under_replicated=args.under_replicated_partitions,
+                                       unavailable=args.unavailable_partitions):
+                print(line)
     return 0
 
 
-def _print_description(description) -> None:
-    partitions = description.partitions
-    replication = len(partitions[0].replicas) if partitions else 0
-    print(f"Topic: {description.name}\tPartitionCount: {len(partitions)}\tReplicationFactor: {replication}")
-    for p in partitions:
-        print(f"\tTopic: {description.name}\tPartition: {p.partition}\tLeader: {p.leader}\t"
-              f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}")
+def check_alter_options(args) -> None:
+    """ConfigError unless ``alter`` comes with --partitions and without the options it
+    cannot change (the replication factor is changed with ``pylog partitions reassign``)."""
+    if args.action != "alter":
+        return
+    if args.partitions is None:
+        raise ConfigError("--partitions", "required for topics alter (the new total)")
+    if args.replication_factor is not None:
+        raise ConfigError("--replication-factor", "cannot be altered; use pylog partitions "
+                                                  "reassign to change the replicas")
+    if args.config:
+        raise ConfigError("--config", "not supported with topics alter")
+
+
+def check_describe_filters(args) -> None:
+    """ConfigError unless the partition filters, if any, come with ``describe``."""
+    if args.action == "describe":
+        return
+    for option in DESCRIBE_FILTERS:
+        if getattr(args, option[2:].replace("-", "_")):
+            raise ConfigError(option, f"only valid with topics describe, not {args.action}")
+
+
+def describe_lines(topics: Iterable[TopicMetadata], *, under_replicated: bool = False,
+                   unavailable: bool = False,
+                   configs: Mapping[str, Mapping[str, str]] | None = None) -> list[str]:
+    """The lines of ``topics describe`` (see the module docstring), without newlines.
+
+    With ``under_replicated`` and/or ``unavailable`` only the partition lines matching
+    either filter are returned, and no topic lines (as kafka-topics.sh does).
+    ``configs`` maps a topic to its overridden settings; a topic in it gets a
+    ``Configs:`` column.
+    """
+    filtered = under_replicated or unavailable
+    lines = []
+    for topic in topics:
+        partitions = [topic.partitions[index] for index in sorted(topic.partitions)]
+        if not filtered:
+            lines.append(topic_line(topic, (configs or {}).get(topic.name)))
+        lines.extend(partition_line(topic.name, p) for p in partitions
+                     if not filtered or (under_replicated and p.under_replicated)
+                     or (unavailable and p.unavailable))
+    return lines
+
+
+def topic_line(topic: TopicMetadata, configs: Mapping[str, str] | None = None) -> str:
+    r"""``Topic: NAME\tPartitionCount: N\tReplicationFactor: R[\tConfigs: k=v,...]``;
+    the replication factor is the first partition's replica count."""
+    first = topic.partitions.get(min(topic.partitions, default=0))
+    replication = len(first.replicas) if first else 0
+    line = (f"Topic: {topic.name}\tPartitionCount: {len(topic.partitions)}"
+            f"\tReplicationFactor: {replication}")
+    if configs is not None:
+        line += "\tConfigs: " + ",".join(f"{k}={v}" for k, v in sorted(configs.items()))
+    return line
+
+
+def partition_line(topic: str, p: PartitionMetadata) -> str:
+    r"""``\tTopic: T\tPartition: P\tLeader: L\tReplicas: a,b\tIsr: a[\tOffline: b]``."""
+    line = (f"\tTopic: {topic}\tPartition: {p.partition}"
+            f"\tLeader: {'none' if p.unavailable else p.leader}"
+            f"\tReplicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}")
+    if p.offline_replicas:
+        line += f"\tOffline: {_ids(p.offline_replicas)}"
+    return line
+
+
+def _ids(broker_ids: Iterable[int]) -> str:
+    return ",".join(map(str, broker_ids))

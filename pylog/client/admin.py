@@ -1,9 +1,10 @@
-"""Admin: create, delete, list and describe topics."""
+"""Admin: create, grow, delete, list and describe topics."""
 
 from __future__ import annotations
 
 from typing import Mapping
 
+from pylog.client.metadata import TopicMetadata
 from pylog.client.network import NetworkClient, check_error
 from pylog.client.results import PartitionDescription, TopicDescription
 from pylog.protocol import ApiKey
@@ -46,6 +47,24 @@ class Admin:
             _check_topic(topic["error_code"], topic.get("error_message"), f"create topic {name!r}")
         self._network.mark_stale()
 
+    def create_partitions(self, name: str, total: int) -> None:
+        """Grow topic ``name`` to ``total`` partitions; the controller places the new ones
+        over the live brokers with the topic's replication factor.
+
+        >>> admin.create_partitions("events", 6)
+
+        Raises InvalidPartitionsError unless ``total`` is more than the topic has (partitions
+        are never removed), UnknownTopicOrPartitionError for an unknown topic and
+        InvalidReplicationFactorError with fewer live brokers than the replication factor.
+        """
+        body = {"topics": [{"name": name, "count": total, "assignments": None}],
+                "timeout_ms": self._timeout_ms, "validate_only": False}
+        response = self._controller_request(ApiKey.CREATE_PARTITIONS, body)
+        for topic in response["results"]:
+            _check_topic(topic["error_code"], topic.get("error_message"),
+                         f"add partitions to {name!r}")
+        self._network.mark_stale()
+
     def delete_topic(self, name: str) -> None:
         """Delete a topic and its data."""
 
@@ -68,6 +87,22 @@ class Admin:
         partitions = [PartitionDescription(p.partition, p.leader, list(p.replicas), list(p.isr))
                       for p in sorted(topic.partitions.values(), key=lambda p: p.partition)]
         return TopicDescription(name, partitions)
+
+    def describe_topics(self, names: list[str] | None = None) -> list[TopicMetadata]:
+        """Metadata of ``names`` (None: every topic), sorted by name, from one Metadata
+        request: per partition the leader (-1: none), replicas, in-sync replicas and
+        offline replicas.
+
+        >>> [t.name for t in admin.describe_topics(["events"])]
+        ['events']
+
+        Raises UnknownTopicOrPartitionError when a named topic does not exist.
+        """
+        snapshot = self._network.refresh_metadata(names)
+        if names is None:
+            return [t for _, t in sorted(snapshot.topics.items()) if not t.error_code]
+        # Fresh metadata: topic() only asks again for a topic that is missing or in error.
+        return [self._network.topic(name) for name in sorted(set(names))]
 
     def close(self) -> None:
         self._network.close()

@@ -33,6 +33,43 @@ def test_topic_commands(broker):
     assert "cli-topics" not in _ok("topics", "list", *bs).splitlines()
 
 
+def test_describe_prints_like_kafka_topics(broker):
+    bs = ("--bootstrap-server", broker.bootstrap)
+    _ok("topics", "create", "--topic", "cli-described-a", "--partitions", "2", *bs)
+    _ok("topics", "create", "--topic", "cli-described-b", *bs)
+    one = _ok("topics", "describe", "--topic", "cli-described-a", *bs)
+    assert one == ("Topic: cli-described-a\tPartitionCount: 2\tReplicationFactor: 1\n"
+                   "\tTopic: cli-described-a\tPartition: 0\tLeader: 0\tReplicas: 0\tIsr: 0\n"
+                   "\tTopic: cli-described-a\tPartition: 1\tLeader: 0\tReplicas: 0\tIsr: 0\n")
+    # Without --topic: every topic, sorted by name, in the same format.
+    everything = _ok("topics", "describe", *bs)
+    assert one + "Topic: cli-described-b\tPartitionCount: 1\tReplicationFactor: 1\n" in everything
+    for line in everything.splitlines():
+        fields = dict(f.split(": ", 1) for f in line.strip("\t").split("\t"))
+        if "Partition" in fields:  # RF 1 on one broker: the leader is the only replica
+            assert fields["Leader"] == fields["Replicas"] == fields["Isr"] == "0", line
+    # One healthy broker: nothing under-replicated, nothing without a leader.
+    for flags in (["--under-replicated-partitions"], ["--unavailable-partitions"],
+                  ["--under-replicated-partitions", "--unavailable-partitions"]):
+        assert _ok("topics", "describe", *flags, *bs) == ""
+        assert _ok("topics", "describe", "--topic", "cli-described-a", *flags, *bs) == ""
+    missing = pylog("topics", "describe", "--topic", "cli-never-created", *bs)
+    assert missing.returncode == 1
+    assert missing.stderr.decode() == (
+        "pylog topics: error: topic 'cli-never-created' does not exist\n")
+
+
+def test_describe_filters_are_refused_with_other_actions(broker):
+    bs = ("--bootstrap-server", broker.bootstrap)
+    for action in ("create", "list", "delete"):
+        for flag in ("--under-replicated-partitions", "--unavailable-partitions"):
+            result = pylog("topics", action, "--topic", "cli-filter", flag, *bs)
+            assert result.returncode == 1
+            assert result.stderr.decode() == (
+                f"pylog topics: error: {flag}: only valid with topics describe, not {action}\n")
+    assert "cli-filter" not in _ok("topics", "list", *bs).splitlines()
+
+
 def test_produce_consume_and_offsets_round_trip(broker):
     bs = ("--bootstrap-server", broker.bootstrap)
     _ok("topics", "create", "--topic", "cli-io", "--partitions", "2", *bs)

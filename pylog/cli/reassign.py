@@ -1,0 +1,253 @@
+"""``pylog partitions reassign``: move partition replicas between brokers (like the
+ZooKeeper-era kafka-reassign-partitions.sh).
+
+    pylog partitions reassign --zookeeper zk:2181 --generate \\
+        --topics-to-move-json-file topics.json --broker-list 1,2,3
+    pylog partitions reassign --zookeeper zk:2181 --execute --reassignment-json-file plan.json
+    pylog partitions reassign --zookeeper zk:2181 --verify --reassignment-json-file plan.json
+
+--generate prints the current assignment of the topics and a proposal that places them
+over the given brokers, keeping each topic's replication factor. Nothing is written.
+
+--execute checks the plan (every partition exists, every broker is registered, no broker
+twice in a partition, no partition twice), prints the current assignment (keep it to roll
+back) and writes /admin/reassign_partitions, which the controller carries out. It is
+refused while another reassignment is in progress; nothing is written when a check fails.
+
+--verify prints, per partition of the plan, whether its reassignment is completed, still
+in progress, or failed (no longer pending, yet the replicas differ from the plan).
+Exit status: 0 when every partition is completed, 1 otherwise.
+
+File formats (those of kafka-reassign-partitions.sh):
+
+    topics to move:  {"version":1,"topics":[{"topic":"foo"}]}
+    reassignment:    {"version":1,"partitions":[{"topic":"foo","partition":0,"replicas":[2,3]}]}
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+from typing import Iterable, Mapping
+
+from pylog.cli._zookeeper import (
+    add_zookeeper_argument, check_connect, read_assignments, read_node, registered_brokers,
+    zookeeper_session)
+from pylog.cluster.placement import assign_replicas
+from pylog.cluster.reassignment_json import (
+    REASSIGN_PARTITIONS, PartitionReassignment, check_against_cluster, decode_reassignment,
+    encode_reassignment, parse_reassignment, parse_topics_to_move, reassignments_of)
+from pylog.errors import ConfigError, ReassignmentInProgressError  # generated from the code table
+from pylog.types import TopicPartition
+
+CURRENT_HEADING = "Current partition replica assignment"
+PROPOSED_HEADING = "Proposed partition reassignment configuration"
+
+
+class ReassignmentStatus(enum.Enum):
+    COMPLETED = "completed"
+    IN_PROGRESS = "in progress"
+    FAILED = "failed"
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "partitions", help="reassign partition replicas to other brokers",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("action", choices=["reassign"])
+    add_zookeeper_argument(parser)
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--generate", action="store_true",
+                      help="propose an assignment of --topics-to-move-json-file over --broker-list")
+    mode.add_argument("--execute", action="store_true",
+                      help="start the reassignment of --reassignment-json-file")
+    mode.add_argument("--verify", action="store_true",
+                      help="report the progress of --reassignment-json-file "
+                           "(exit status 0 when all completed, 1 otherwise)")
+    parser.add_argument("--topics-to-move-json-file", metavar="FILE",
+                        help="--generate: the topics to place anew")
+    parser.add_argument("--broker-list", metavar="ID,ID,...",
+                        help="--generate: the broker ids to place the topics over")
+    parser.add_argument("--reassignment-json-file", metavar="FILE",
+                        help="--execute, --verify: the partitions and their new replicas")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    check_connect(args.zookeeper)
+    if args.generate:
+        return generate(args)
+    if args.execute:
+        return execute(args)
+    return verify(args)
+
+
+# -- the three modes ------------------------------------------------------------------
+
+def generate(args) -> int:
+    _refuse(args, "--generate", "--reassignment-json-file")
+    source = _require(args, "--generate", "--topics-to-move-json-file")
+    _require(args, "--generate", "--broker-list")
+    broker_ids = parse_broker_list(args.broker_list)
+    topics = parse_topics_to_move(read_text(source, "--topics-to-move-json-file"), source)
+    with zookeeper_session(args.zookeeper) as client:
+        assignments = read_assignments(client, topics)
+        registered = registered_brokers(client)
+    missing = [topic for topic in topics if topic not in assignments]
+    if missing:
+        raise ConfigError("--topics-to-move-json-file",
+                          f"topic(s) {', '.join(missing)} do not exist")
+    unknown = sorted(set(broker_ids) - set(registered))
+    if unknown:
+        raise ConfigError("--broker-list", f"broker(s) {_ids(unknown)} are not registered "
+                                           f"(registered: {_ids(registered) or 'none'})")
+    print(CURRENT_HEADING)
+    print(_json(reassignments_of(assignments)))
+    print()
+    print(PROPOSED_HEADING)
+    print(_json(propose(assignments, broker_ids)))
+    return 0
+
+
+def execute(args) -> int:
+    from kazoo.exceptions import NodeExistsError
+
+    plan, source = _read_plan(args, "--execute")
+    with zookeeper_session(args.zookeeper) as client:
+        if client.exists(REASSIGN_PARTITIONS):
+            raise _in_progress()
+        assignments = read_assignments(client, sorted({r.topic for r in plan}))
+        check_against_cluster(plan, assignments, registered_brokers(client), source)
+        current = [PartitionReassignment(r.topic, r.partition, assignments[r.topic][r.partition])
+                   for r in plan]
+        print(CURRENT_HEADING)
+        print()
+        print(_json(current))
+        print()
+        print("Save this to use as the --reassignment-json-file option during rollback")
+        try:
+            client.create(REASSIGN_PARTITIONS, encode_reassignment(plan), makepath=True)
+        except NodeExistsError:
+            raise _in_progress() from None
+    print("Successfully started reassignment of partitions "
+          + ",".join(str(tp) for tp in sorted(r.tp for r in plan)))
+    return 0
+
+
+def verify(args) -> int:
+    plan, _ = _read_plan(args, "--verify")
+    with zookeeper_session(args.zookeeper) as client:
+        pending = {r.tp for r in decode_reassignment(read_node(client, REASSIGN_PARTITIONS))}
+        assignments = read_assignments(client, sorted({r.topic for r in plan}))
+    print("Status of partition reassignment:")
+    statuses = []
+    for requested in plan:
+        current = assignments.get(requested.topic, {}).get(requested.partition)
+        status = reassignment_status(requested, pending, current)
+        statuses.append(status)
+        print(status_line(requested, status, current))
+    return 0 if all(s is ReassignmentStatus.COMPLETED for s in statuses) else 1
+
+
+# -- pure parts ------------------------------------------------------------------------
+
+def parse_broker_list(text: str) -> list[int]:
+    """``"1,2,3"`` -> ``[1, 2, 3]``; ConfigError naming --broker-list otherwise."""
+    items = [item.strip() for item in text.split(",")]
+    if not all(item.isdigit() for item in items):
+        raise ConfigError("--broker-list", f"expected broker ids like 1,2,3, got {text!r}")
+    broker_ids = [int(item) for item in items]
+    duplicates = sorted({b for b in broker_ids if broker_ids.count(b) > 1})
+    if duplicates:
+        raise ConfigError("--broker-list", f"broker(s) {_ids(duplicates)} listed twice")
+    return broker_ids
+
+
+def propose(assignments: Mapping[str, Mapping[int, tuple[int, ...]]],
+            broker_ids: Iterable[int]) -> list[PartitionReassignment]:
+    """Each topic's partitions placed over ``broker_ids`` by pylog's placement rule
+    (pylog.cluster.placement.assign_replicas) with the topic's current replication
+    factor (its first partition's replica count).
+
+    Raises InvalidReplicationFactorError when a topic has more replicas than brokers.
+
+    >>> [r.replicas for r in propose({"foo": {0: (1, 2), 1: (2, 1)}}, [2, 3, 4])]
+    [(2, 3), (3, 4)]
+    """
+    brokers = list(broker_ids)
+    proposal = []
+    for topic, partitions in sorted(assignments.items()):
+        ordered = sorted(partitions)
+        factor = len(partitions[ordered[0]])
+        placed = assign_replicas(len(ordered), factor, brokers)
+        proposal.extend(PartitionReassignment(topic, partition, placed[index])
+                        for index, partition in enumerate(ordered))
+    return proposal
+
+
+def reassignment_status(requested: PartitionReassignment, pending: set[TopicPartition],
+                        current: tuple[int, ...] | None) -> ReassignmentStatus:
+    """In progress while /admin/reassign_partitions lists the partition; completed once it
+    does not and the assignment is exactly the requested replicas, in order; else failed."""
+    if requested.tp in pending:
+        return ReassignmentStatus.IN_PROGRESS
+    if current == requested.replicas:
+        return ReassignmentStatus.COMPLETED
+    return ReassignmentStatus.FAILED
+
+
+def status_line(requested: PartitionReassignment, status: ReassignmentStatus,
+                current: tuple[int, ...] | None) -> str:
+    head = f"Reassignment of partition {requested.tp}"
+    if status is ReassignmentStatus.COMPLETED:
+        return f"{head} is completed."
+    if status is ReassignmentStatus.IN_PROGRESS:
+        return f"{head} is still in progress."
+    actual = "the partition does not exist" if current is None else \
+        f"its replicas are {_ids(current)}"
+    return f"{head} failed: {actual}, expected {_ids(requested.replicas)}."
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+def _read_plan(args, mode: str) -> tuple[list[PartitionReassignment], str]:
+    _refuse(args, mode, "--topics-to-move-json-file", "--broker-list")
+    source = _require(args, mode, "--reassignment-json-file")
+    return parse_reassignment(read_text(source, "--reassignment-json-file"), source), source
+
+
+def read_text(path: str, option: str) -> str:
+    """The contents of ``path``; ConfigError naming ``option`` when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(option, f"cannot read {path}: {reason}") from None
+
+
+def _require(args, mode: str, option: str) -> str:
+    value = getattr(args, option[2:].replace("-", "_"))
+    if not value:
+        raise ConfigError(option, f"required with {mode}")
+    return value
+
+
+def _refuse(args, mode: str, *options: str) -> None:
+    for option in options:
+        if getattr(args, option[2:].replace("-", "_")) is not None:
+            raise ConfigError(option, f"not valid with {mode}")
+
+
+def _in_progress():
+    return ReassignmentInProgressError(
+        "a reassignment is already in progress (/admin/reassign_partitions exists); "
+        "check it with --verify and try again when it is done")
+
+
+def _json(reassignments: Iterable[PartitionReassignment]) -> str:
+    return encode_reassignment(reassignments).decode()
+
+
+def _ids(broker_ids: Iterable[int]) -> str:
+    return ",".join(map(str, broker_ids))
