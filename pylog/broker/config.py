@@ -83,6 +83,8 @@ _SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
     "replica.fetch.max.bytes": (_int, 1048576, "bytes per partition in a follower's fetch"),
     "replica.fetch.response.max.bytes": (_int, 10485760, "bytes per follower fetch response"),
     "replica.fetch.backoff.ms": (_int, 200, "wait after a follower fetch fails"),
+    "replica.high.watermark.checkpoint.interval.ms": (
+        _int, 5000, "how often high watermarks (and the other checkpoints) are written"),
     "controlled.shutdown.enable": (_bool, True,
                                    "on SIGTERM, hand leaderships to other replicas first"),
     "controlled.shutdown.timeout.ms": (_int, 30000,
@@ -154,7 +156,8 @@ class BrokerConfig:
                     "min.insync.replicas", "replica.lag.time.max.ms",
                     "replica.fetch.wait.max.ms", "replica.fetch.max.bytes",
                     "replica.fetch.response.max.bytes", "replica.fetch.backoff.ms",
-                    "leader.imbalance.check.interval.seconds"):
+                    "leader.imbalance.check.interval.seconds",
+                    "replica.high.watermark.checkpoint.interval.ms"):
             if self[key] < 1:
                 raise ConfigError(key, f"must be at least 1, got {self[key]}")
         if self["num.partitions"] > self["max.partitions.per.topic"]:

@@ -117,7 +117,8 @@ class Broker:
         self.manager = LogManager(config.log_dirs, config.log_config)
         self.manager.load()
         self.manager.start(flush_check_ms=config["log.flush.scheduler.interval.ms"],
-                           retention_check_ms=config["log.retention.check.interval.ms"])
+                           retention_check_ms=config["log.retention.check.interval.ms"],
+                           checkpoint_ms=config["replica.high.watermark.checkpoint.interval.ms"])
         self.metadata = build_cluster_metadata(config, endpoint)
         waiters = AppendWaiters()
         logs = PartitionLogs(self.manager, self.metadata, config.log_config, waiters)

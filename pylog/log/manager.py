@@ -204,18 +204,24 @@ class LogManager:
                 log.warning("%s: %s: %s", entry.directory, type(error).__name__, error)
         return total
 
-    def start(self, flush_check_ms: int = 1000, retention_check_ms: int = 300_000) -> None:
-        """Start a background thread that flushes (by ``flush_ms``) every ``flush_check_ms``
-        and applies retention every ``retention_check_ms``. :meth:`close` stops it."""
+    def start(self, flush_check_ms: int = 1000, retention_check_ms: int = 300_000,
+              checkpoint_ms: int = 5000) -> None:
+        """Start a background thread that flushes (by ``flush_ms``) every ``flush_check_ms``,
+        applies retention every ``retention_check_ms`` and writes the checkpoints (the
+        replicated high watermarks among them, as Kafka's
+        ``replica.high.watermark.checkpoint.interval.ms``) every ``checkpoint_ms``.
+        :meth:`close` stops it."""
         if self._thread is not None:
             return
         self._stop.clear()
-        self._thread = threading.Thread(target=self._run, args=(flush_check_ms, retention_check_ms),
-                                        name="pylog-log-manager", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(flush_check_ms, retention_check_ms, checkpoint_ms),
+            name="pylog-log-manager", daemon=True)
         self._thread.start()
 
-    def _run(self, flush_check_ms: int, retention_check_ms: int) -> None:
+    def _run(self, flush_check_ms: int, retention_check_ms: int, checkpoint_ms: int) -> None:
         next_flush = next_retention = time.monotonic()
+        next_checkpoint = next_flush + checkpoint_ms / 1000
         while not self._stop.is_set():
             now = time.monotonic()
             try:
@@ -225,9 +231,13 @@ class LogManager:
                 if now >= next_retention:
                     self.run_retention()
                     next_retention = now + retention_check_ms / 1000
+                if now >= next_checkpoint:
+                    self._write_all_checkpoints()
+                    next_checkpoint = now + checkpoint_ms / 1000
             except Exception:
                 log.exception("log manager background task failed")
-            self._stop.wait(max(0.0, min(next_flush, next_retention) - time.monotonic()))
+            self._stop.wait(max(0.0, min(next_flush, next_retention, next_checkpoint)
+                                - time.monotonic()))
 
     def stop(self) -> None:
         """Stop the background thread (if running) and wait for it."""

@@ -250,3 +250,20 @@ def test_replicated_high_watermarks_are_checkpointed_and_restored_not_applied(tm
     third.delete_partition("s", 0)
     assert OffsetCheckpointFile(path).read() == {TopicPartition("r", 0): 5}
     third.close()
+
+
+def test_background_thread_checkpoints_high_watermarks_without_a_flush(tmp_path):
+    mgr = LogManager([tmp_path], LogConfig())
+    mgr.load()
+    log = mgr.get_or_create("r", 0)
+    log.append(make_batch(5), leader_epoch=1)
+    log.set_high_watermark(5)
+    path = tmp_path / layout.REPLICATION_OFFSET_CHECKPOINT
+    mgr.start(flush_check_ms=60_000, retention_check_ms=60_000, checkpoint_ms=20)
+    try:
+        deadline = time.monotonic() + 10
+        while OffsetCheckpointFile(path).read_or_empty() != {TopicPartition("r", 0): 5}:
+            assert time.monotonic() < deadline, "the high watermark was never checkpointed"
+            time.sleep(0.02)
+    finally:
+        mgr.close()
