@@ -133,6 +133,11 @@ class PartitionLogs:
                 self._attach(tp, existing)
             return existing
 
+    def local_partitions(self) -> list[TopicPartition]:
+        """Every partition with a log on this broker."""
+        with self._lock:
+            return list(self._logs)
+
     def delete_log(self, topic: str, partition: int) -> None:
         """Delete a local replica that is no longer assigned to this broker."""
         tp = TopicPartition(topic, partition)

@@ -12,8 +12,8 @@ acks=-1 (all) in cluster mode: a partition whose ISR is smaller than its
 batches are appended and the request becomes a ``ProduceWork`` that the network layer
 parks (no thread waits) until every partition's high watermark has passed what it
 appended: then OK, or NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below the
-minimum meanwhile; NOT_LEADER_OR_FOLLOWER if leadership moved (the append may be
-truncated away by the new leader); REQUEST_TIMED_OUT after the request's timeout.
+minimum meanwhile; NOT_LEADER_OR_FOLLOWER if leadership moved to a new epoch (the append
+may be truncated away by the new leader); REQUEST_TIMED_OUT after the request's timeout.
 Standalone, acks=-1 is acks=1: the broker is the whole ISR.
 """
 
@@ -23,6 +23,7 @@ import logging
 from dataclasses import dataclass, field
 
 from pylog.broker.partitions import PartitionLogs
+from pylog.broker.replica import Role
 from pylog.cluster.placement import validate_topic_name
 from pylog.errors import (
     CorruptMessageError, InvalidRequiredAcksError, KafkaError, NotEnoughReplicasAfterAppendError,
@@ -78,17 +79,23 @@ class ProduceWork:
 
 
 def _still_waiting(waiting: _Pending, final: bool):
-    """False while waiting; else None (done) or the error to answer with."""
+    """False while waiting; else None (done) or the error to answer with.
+
+    Only a new leader epoch (or this broker following someone) fails the wait: while the
+    broker merely hides its leadership (its ZooKeeper session is in doubt, e.g. after a
+    pause), the append may still count, and answering NOT_LEADER_OR_FOLLOWER would make
+    the client resend a batch the log keeps, writing it twice.
+    """
     replica = waiting.replica
-    state = replica.leader_state()
-    if state is None or state[0] != waiting.leader_epoch:
+    role, epoch, isr = replica.role_snapshot()
+    if epoch != waiting.leader_epoch or role is Role.FOLLOWER:
         return NotLeaderOrFollowerError(f"leadership of {replica.tp} moved while waiting "
                                         "for the in-sync replicas")
-    if replica.log.high_watermark >= waiting.required_offset:
+    if role is Role.LEADER and replica.log.high_watermark >= waiting.required_offset:
         min_isr = replica.log.config.min_insync_replicas
-        if len(state[1]) < min_isr:
+        if len(isr) < min_isr:
             return NotEnoughReplicasAfterAppendError(
-                f"{replica.tp}: written, but the ISR {list(state[1])} is smaller than "
+                f"{replica.tp}: written, but the ISR {list(isr)} is smaller than "
                 f"min.insync.replicas={min_isr}")
         return None
     if final:
@@ -135,11 +142,11 @@ def _produce_partition(topic: str, partition_data: dict, version: int, acks: int
             return _partition_result(index, base_offset=info.first_offset,
                                      log_start_offset=info.log_start_offset)
         tp = TopicPartition(topic, index)
-        info, replica = logs.replicas.append_as_leader(tp, records, acks)
+        info, replica, epoch = logs.replicas.append_as_leader(tp, records, acks)
         result = _partition_result(index, base_offset=info.first_offset,
                                    log_start_offset=info.log_start_offset)
         if acks == -1:
-            pending[tp] = _Pending(result, replica, replica.leader_epoch, info.last_offset + 1)
+            pending[tp] = _Pending(result, replica, epoch, info.last_offset + 1)
         return result
     except KafkaError as error:
         log.debug("produce to %s-%d refused: %s", topic, index, error)

@@ -178,9 +178,7 @@ class PartitionReplica:
                 self.isr = isr
                 self.maybe_advance_high_watermark()
 
-    def leader_state(self) -> tuple[int, tuple[int, ...]] | None:
-        """(leader epoch, ISR) while leading, else None."""
+    def role_snapshot(self) -> tuple[Role, int, tuple[int, ...]]:
+        """(role, leader epoch, ISR), read together."""
         with self.lock:
-            if self.role is not Role.LEADER:
-                return None
-            return self.leader_epoch, self.isr
+            return self.role, self.leader_epoch, self.isr

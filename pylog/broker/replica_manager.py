@@ -153,6 +153,13 @@ class ReplicaManager:
             dropped = [tp for tp in self._replicas if tp not in wanted]
         for tp in dropped:
             self._drop(tp, delete=tp.topic in topics)
+        for tp in self.logs.local_partitions():
+            # A stray: moved away by a reassignment while this broker was down.
+            if tp not in wanted and tp not in dropped and tp.topic in topics \
+                    and tp.partition in topics[tp.topic].partitions:
+                log.info("broker %d: %s is not assigned here; deleting its log",
+                         self.local_id, tp)
+                self.logs.delete_log(tp.topic, tp.partition)
 
     def _apply_partition(self, tp: TopicPartition, state, now: float) -> None:
         with self._apply_lock:
@@ -304,8 +311,10 @@ class ReplicaManager:
             raise NotLeaderOrFollowerError(f"broker {self.local_id} holds no replica of {tp}")
         return replica
 
-    def append_as_leader(self, tp: TopicPartition, records, acks: int) -> tuple[AppendInfo, PartitionReplica]:
-        """Append a produce request's batches as leader, stamping the leader epoch.
+    def append_as_leader(self, tp: TopicPartition, records,
+                         acks: int) -> tuple[AppendInfo, PartitionReplica, int]:
+        """Append a produce request's batches as leader, stamping the leader epoch; returns
+        what was appended, the replica and the epoch it was appended in.
 
         With acks=-1, refuses with NotEnoughReplicasError (nothing written) while the
         ISR is smaller than the topic's ``min.insync.replicas``.
@@ -320,9 +329,10 @@ class ReplicaManager:
                     raise NotEnoughReplicasError(
                         f"{tp}: the ISR {list(replica.isr)} is smaller than "
                         f"min.insync.replicas={min_isr}")
-            info = replica.log.append(records, leader_epoch=replica.leader_epoch)
+            epoch = replica.leader_epoch
+            info = replica.log.append(records, leader_epoch=epoch)
             replica.maybe_advance_high_watermark()
-        return info, replica
+        return info, replica, epoch
 
     def follower_fetch(self, tp: TopicPartition, replica_id: int, current_leader_epoch: int,
                        fetch_offset: int):

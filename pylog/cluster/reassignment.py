@@ -33,12 +33,12 @@ def reassignment_step(current: tuple[int, ...], target: tuple[int, ...],
                       state: PartitionStateNode | None, eligible: AbstractSet[int]):
     """The next step for one partition: ("assign", replicas), ("finish", leader, isr),
     ("wait",) or ("done",). Pure."""
-    if current == target:
-        return ("done",)
     if not set(target) <= set(current):
         return ("assign", tuple(target) + tuple(r for r in current if r not in target))
     if state is None or not set(target) <= set(state.isr):
         return ("wait",)
+    if current == target and state.leader in target:
+        return ("done",)
     leader = state.leader
     if leader not in target or leader not in eligible:
         candidates = [r for r in target if r in state.isr and r in eligible]

@@ -83,6 +83,16 @@ def test_reassignment_steps():
     caught_up = state(1, (1, 2, 3))
     assert reassignment_step((2, 3, 1), (2, 3), caught_up, {1, 2, 3}) == \
         ("finish", 2, (2, 3))
-    assert reassignment_step((2, 3), (2, 3), caught_up, {1, 2, 3}) == ("done",)
+    assert reassignment_step((2, 3), (2, 3), state(2, (2, 3)), {1, 2, 3}) == ("done",)
     # The leader stays when it is part of the target.
     assert reassignment_step((1, 2, 3), (1, 2), caught_up, {1, 2, 3}) == ("finish", 1, (1, 2))
+
+
+def test_reassignment_can_change_the_replication_factor():
+    two = state(1, (1, 2))
+    assert reassignment_step((1, 2), (1, 2, 3), two, {1, 2, 3}) == ("assign", (1, 2, 3))
+    # Done only once the new replica is in sync, as Kafka has it.
+    assert reassignment_step((1, 2, 3), (1, 2, 3), two, {1, 2, 3}) == ("wait",)
+    assert reassignment_step((1, 2, 3), (1, 2, 3), state(1, (1, 2, 3)), {1, 2, 3}) == ("done",)
+    three = state(2, (2, 3, 1))
+    assert reassignment_step((1, 2, 3), (3,), three, {1, 2, 3}) == ("finish", 3, (3,))

@@ -1,9 +1,11 @@
 """The loader against a three-broker cluster: tasks grouped by leader, exactly once.
 
-The loader issue's cases run here against three broker processes: a clean and an
-incremental load with a task failing its first attempt, a backfill, a moved leader, the
-driver SIGKILLed (through ``pylog load`` and spark-submit) at each fault point and rerun,
-a retention gap under ``fail`` and ``earliest``, and quarantine with its threshold.
+The loader issue's cases run here against three broker processes whose topics have
+replication factor 3 (``min.insync.replicas`` 2): a clean and an incremental load with a
+task failing its first attempt, a backfill, a moved leader, the driver SIGKILLed (through
+``pylog load`` and spark-submit) at each fault point and rerun, a retention gap under
+``fail`` and ``earliest``, quarantine with its threshold, and the leader of a partition
+SIGKILLed while a load reads it.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from datetime import datetime, timezone
@@ -31,16 +34,31 @@ from tests.etl.helpers import assert_exactly_once, broker_records, events, produ
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, zookeeper):
     connect = f"{zookeeper.connect_string}/loader-{uuid.uuid4().hex[:8]}"
-    local = LocalCluster(tmp_path_factory.mktemp("brokers"), connect,
-                         extra={"log.retention.check.interval.ms": 100}).start()
+    local = LocalCluster(tmp_path_factory.mktemp("brokers"), connect, extra={
+        "log.retention.check.interval.ms": 100, "default.replication.factor": 3,
+        "min.insync.replicas": 2, "replica.fetch.wait.max.ms": 200}).start()
     yield local
     local.close()
 
 
+def create_replicated_topic(cluster: LocalCluster, topic: str, partitions: int,
+                            configs: dict[str, str] | None = None) -> None:
+    """``topic`` with the cluster's default replication factor (3)."""
+    with Admin(cluster.bootstrap()) as admin:
+        admin.create_topic(topic, num_partitions=partitions, replication_factor=-1,
+                           configs=configs)
+
+
+def in_sync(cluster: LocalCluster, topic: str, via: int = 1) -> bool:
+    """Every partition of ``topic`` has a leader and all three replicas in its ISR."""
+    found = cluster.metadata(via, [topic]).topics.get(topic)
+    return found is not None and all(p.leader >= 0 and len(p.isr) == 3
+                                     for p in found.partitions.values())
+
+
 def test_loads_exactly_once_from_three_brokers_across_a_broker_crash(cluster, tmp_path):
     spark = local_spark()
-    with Admin(cluster.bootstrap()) as admin:
-        admin.create_topic("ev", num_partitions=6)
+    create_replicated_topic(cluster, "ev", 6)
     wait_until(lambda: cluster.leaders(1, "ev") == {p: 1 + p % 3 for p in range(6)},
                message="leaders of ev")
     produce(cluster.bootstrap(), "ev", events(0, 240), partitions=6)
@@ -54,9 +72,10 @@ def test_loads_exactly_once_from_three_brokers_across_a_broker_crash(cluster, tm
     assert_exactly_once(spark, tmp_path / "warehouse", "ev", broker_records(cluster.bootstrap(), "ev"))
 
     cluster.brokers[2].kill()
-    wait_until(lambda: cluster.leaders(1, "ev")[1] == -1, message="partition 1 offline")
+    wait_until(lambda: cluster.leaders(1, "ev")[1] not in (-1, 2),
+               message="partition 1 led by another replica")
     cluster.brokers[2].start()
-    wait_until(lambda: -1 not in cluster.leaders(1, "ev").values(), message="leaders back")
+    wait_until(lambda: in_sync(cluster, "ev"), timeout=30, message="broker 2 back in the ISR")
     produce(cluster.bootstrap(), "ev", events(240, 60), partitions=6)
     second = run_load(config, spark, LoadRequest(run_id="r2", fault="fail_first_attempt"))
     assert second[0].records_fetched == 60
@@ -74,8 +93,7 @@ T07 = int(datetime(2026, 11, 20, 7, tzinfo=timezone.utc).timestamp() * 1000)
 
 def test_backfill_by_timestamp_through_the_cluster(cluster, tmp_path):
     spark = local_spark()
-    with Admin(cluster.bootstrap()) as admin:
-        admin.create_topic("clicks", num_partitions=3)
+    create_replicated_topic(cluster, "clicks", 3)
     wait_until(lambda: -1 not in cluster.leaders(2, "clicks").values(), message="leaders")
     produce(cluster.bootstrap(), "clicks", events(0, 90), 3,
             [T07 + i * (3 * HOUR // 90) for i in range(90)])
@@ -100,8 +118,7 @@ def test_backfill_by_timestamp_through_the_cluster(cluster, tmp_path):
 
 def test_tasks_find_a_leader_that_moved_after_planning(cluster, tmp_path):
     spark = local_spark()
-    with Admin(cluster.bootstrap()) as admin:
-        admin.create_topic("moves", num_partitions=3)
+    create_replicated_topic(cluster, "moves", 3)
     wait_until(lambda: -1 not in cluster.leaders(1, "moves").values(), message="leaders")
     produce(cluster.bootstrap(), "moves", events(0, 90), partitions=3)
     config = write_config(tmp_path, cluster.bootstrap(1), topic="moves", max_records_per_task=15)
@@ -126,8 +143,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def create_spread_topic(cluster: LocalCluster, topic: str, configs: dict[str, str] | None = None) -> None:
     """``topic`` with 3 partitions, partition p led by broker 1 + p (one per broker)."""
-    with Admin(cluster.bootstrap()) as admin:
-        admin.create_topic(topic, num_partitions=3, configs=configs)
+    create_replicated_topic(cluster, topic, 3, configs)
     wait_until(lambda: cluster.leaders(1, topic) == {p: 1 + p for p in range(3)},
                message=f"leaders of {topic}")
 
@@ -234,3 +250,54 @@ def test_quarantine_and_threshold_through_the_cluster(cluster, tmp_path):
     assert {(r["_topic"], r["_partition"], r["_offset"]) for r in quarantine} == bad_keys
     assert {bytes(r["_value"]) for r in quarantine} == {values[i] for i in bad_indexes}
     assert all(r["_error"] for r in quarantine)
+
+
+def test_load_goes_on_while_the_leader_of_a_partition_is_killed(cluster, tmp_path):
+    """SIGKILL, just after the plan is written, of the broker leading the partition whose
+    ranges run first: the tasks' retries, or else a rerun of the same run id, read from
+    the replica the controller elects, and the table holds every record once."""
+    spark = local_spark()
+    topic = "failover"
+    create_spread_topic(cluster, topic)
+    produce(cluster.bootstrap(), topic, events(0, 90), partitions=3)
+    wait_until(lambda: in_sync(cluster, topic), timeout=30, message="every replica in the ISR")
+    held = broker_records(cluster.bootstrap(), topic)
+    assert len(held) == 90
+    config = write_config(tmp_path, cluster.bootstrap(), topic=topic, max_records_per_task=5)
+    state = StateStore(config.state)
+    outcome: dict[str, object] = {}
+
+    def load() -> None:
+        try:
+            outcome["audits"] = run_load(config, spark, LoadRequest(run_id="f1"))
+        except LoaderError as exc:  # map tasks failed: the operator reruns the run id
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=load, name="load")
+    thread.start()
+    plan = wait_until(lambda: state.read_plan(topic, "f1"), timeout=120, message="the plan")
+    partition, victim = plan.ranges[0].partition, plan.ranges[0].leader_id  # tasks in plan order
+    cluster.brokers[victim].kill()
+    survivors = [b for b in cluster.brokers if b != victim]
+    try:
+        unread = [r for r in plan.ranges
+                  if r.partition == partition and state.read_marker(topic, "f1", r) is None]
+        assert unread, f"partition {partition} was read before its leader was killed"
+        thread.join(300)
+        assert not thread.is_alive(), "the load did not finish"
+        wait_until(lambda: cluster.leaders(survivors[0], topic)[partition] in survivors,
+                   timeout=30, message=f"another replica leading partition {partition}")
+        if "error" in outcome:
+            print(f"load f1 failed ({outcome['error']}); rerunning it", flush=True)
+            audits = run_load(config, spark, LoadRequest(run_id="f1"))
+        else:
+            audits = outcome["audits"]
+        assert audits[-1].records_fetched == 90 and audits[-1].rows_written == 90
+        assert state.committed_offsets(topic) == {0: 30, 1: 30, 2: 30}
+        assert broker_records(cluster.bootstrap(*survivors), topic) == held
+        assert_exactly_once(spark, tmp_path / "warehouse", topic, held)
+    finally:
+        thread.join(300)
+        cluster.brokers[victim].start()
+        wait_until(lambda: in_sync(cluster, topic, via=survivors[0]), timeout=60,
+                   message=f"broker {victim} back in the ISR")

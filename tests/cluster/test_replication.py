@@ -457,3 +457,31 @@ def leader_epoch_of(cluster: LocalCluster, broker_id: int) -> int:
         return response["topics"][0]["partitions"][0]["leader_epoch"]
     finally:
         connection.close()
+
+
+def test_a_leader_paused_past_its_lease_but_not_its_session_writes_nothing_twice(cluster):
+    """A 2.2 s SIGSTOP outlasts the session lease (2/3 of the 3 s session) but not the
+    session: leadership stays, and acks=all requests parked across the pause must not be
+    answered NOT_LEADER_OR_FOLLOWER for batches the log kept (librdkafka would resend
+    them and, without idempotence, write them twice)."""
+    create_topic(cluster)
+    leader = leader_of(cluster)
+    producer = AcksAllProducer(cluster.bootstrap(), **{"enable.idempotence": False})
+    stop = threading.Event()
+    thread = threading.Thread(target=produce_until, args=(producer, stop, "p"))
+    thread.start()
+    try:
+        wait_until(lambda: len(producer.acked) > 100, message="acknowledged messages")
+        cluster.brokers[leader].pause()
+        time.sleep(2.2)
+        cluster.brokers[leader].resume()
+        acked_before = len(producer.acked)
+        wait_until(lambda: len(producer.acked) > acked_before + 100, timeout=30,
+                   message="acknowledgements after the pause")
+    finally:
+        stop.set()
+        thread.join()
+    producer.flush()
+    values = [value for _, value in read_all(cluster, [0])]
+    assert len(values) == len(set(values)), "a value was written twice"
+    assert {value for _, _, value in producer.acked} <= set(values)
