@@ -362,7 +362,8 @@ class ReplicaManager:
             return [tp for tp, r in self._replicas.items() if r.role is Role.LEADER]
 
     def movable_leaderships(self) -> list[TopicPartition]:
-        """Partitions this broker leads whose ISR has another member to take over."""
+        """Partitions this broker leads whose ISR has another live member to take over."""
+        live = {b.broker_id for b in self.metadata.brokers()} - {self.local_id}
         with self._lock:
             return [tp for tp, r in self._replicas.items()
-                    if r.role is Role.LEADER and len(r.isr) > 1]
+                    if r.role is Role.LEADER and live.intersection(r.isr)]
