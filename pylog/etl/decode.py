@@ -1,8 +1,10 @@
 """Records (as columns) -> Arrow rows for the table, and rows for the quarantine table.
 
 JSON payloads are parsed in bulk: the values of a fetch are joined with newlines and
-read by ``pyarrow.json.read_json`` against the declared schema. Only when that fails is
-the batch split in halves, recursively, to find the records that do not parse; those go
+read by ``pyarrow.json.read_json`` against the declared schema. Columns from the
+vectorised records decoder (``IntColumn``, ``BinaryColumn``) go to Arrow without a Python
+object per record, and their values become the parser's input in one copy. Only when
+parsing fails is the batch split in halves, recursively, to find the records that do not parse; those go
 to quarantine with the parser's error, the rest still parse in bulk.
 
 Table rows: the payload columns (json) or ``value`` (raw), then ``_topic`` (string),
@@ -14,12 +16,14 @@ Table rows: the payload columns (json) or ``value`` (raw), then ``_topic`` (stri
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from pylog.etl.config import TopicConfig
+from pylog.records.vectorised import BinaryColumn, IntColumn
 
 _ARROW_TYPES = {
     "string": pa.string(), "int32": pa.int32(), "int64": pa.int64(), "float32": pa.float32(),
@@ -56,19 +60,24 @@ class DecodedRows:
     quarantine: pa.Table
 
 
-def decode_records(config: TopicConfig, partition: int, offsets: list[int], timestamps: list[int],
-                   keys: list, values: list) -> DecodedRows:
-    """Decode one fetch's records into table rows and quarantine rows."""
+def decode_records(config: TopicConfig, partition: int, offsets: Sequence[int], timestamps: Sequence[int],
+                   keys: Sequence, values: Sequence) -> DecodedRows:
+    """Decode one fetch's records into table rows and quarantine rows.
+
+    The columns are lists, or the list-like columns of ``pylog.records.decode_columns``.
+    """
+    count = len(offsets)
+    timestamp_ms = _int64_array(timestamps)
     meta = pa.table({
-        "_topic": pa.array([config.topic] * len(offsets), pa.string()) if offsets else pa.array([], pa.string()),
-        "_partition": pa.array([partition] * len(offsets), pa.int32()),
-        "_offset": pa.array(offsets, pa.int64()),
-        "_timestamp": pa.array(timestamps, pa.int64()).cast(TIMESTAMP),
-        "_key": pa.array(keys, pa.binary()),
+        "_topic": pa.repeat(pa.scalar(config.topic, pa.string()), count),
+        "_partition": pa.repeat(pa.scalar(partition, pa.int32()), count),
+        "_offset": _int64_array(offsets),
+        "_timestamp": timestamp_ms.cast(TIMESTAMP),
+        "_key": _binary_array(keys),
     })
     if config.format == "raw":
-        rows = pa.Table.from_arrays([pa.array(values, pa.binary())] + meta.columns, schema=table_schema(config))
-        return DecodedRows(rows, pa.array(timestamps, pa.int64()), QUARANTINE_SCHEMA.empty_table())
+        rows = pa.Table.from_arrays([_binary_array(values)] + meta.columns, schema=table_schema(config))
+        return DecodedRows(rows, timestamp_ms, QUARANTINE_SCHEMA.empty_table())
     payload, bad = parse_json_values(values, payload_schema(config))
     good = _without(len(values), bad)
     kept_meta = meta.take(pa.array(good, pa.int64())) if bad else meta
@@ -78,14 +87,26 @@ def decode_records(config: TopicConfig, partition: int, offsets: list[int], time
         missing_set = set(missing)
         bad = sorted(bad + [(good[i], f"event time field {config.event_time_field!r} is missing")
                             for i in missing])
-        keep = [i for i in range(rows.num_rows) if i not in missing_set]
-        rows, event_ms = rows.take(keep), event_ms.take(keep)
+        keep = pa.array([i for i in range(rows.num_rows) if i not in missing_set], pa.int64())
+        rows, event_ms = rows.take(keep), event_ms.take(keep)  # typed: keep may be empty
     return DecodedRows(rows, event_ms, _quarantine_rows(meta, values, bad))
 
 
-def parse_json_values(values: list, schema: pa.Schema) -> tuple[pa.Table, list[tuple[int, str]]]:
+def _int64_array(column: Sequence[int]) -> pa.Array:
+    if isinstance(column, IntColumn):
+        return pa.array(column.to_numpy(), pa.int64())
+    return pa.array(column, pa.int64())
+
+
+def _binary_array(column: Sequence) -> pa.Array:
+    if isinstance(column, BinaryColumn):
+        return column.to_arrow()
+    return pa.array(column, pa.binary())
+
+
+def parse_json_values(values: Sequence, schema: pa.Schema) -> tuple[pa.Table, list[tuple[int, str]]]:
     """Parse JSON objects; returns (rows of the good ones, [(index, error)] of the bad ones)."""
-    if all(values):  # the common case, checked at C speed
+    if values.all_non_empty() if isinstance(values, BinaryColumn) else all(values):  # the common case
         bad, candidates = [], list(range(len(values)))
     else:
         bad = [(i, "empty value") for i, value in enumerate(values) if not value]
@@ -117,15 +138,20 @@ def _parse_range(values: list, indexes: list[int], schema: pa.Schema,
     _parse_range(values, indexes[middle:], schema, parts, bad)
 
 
-def _read_json_lines(values: list[bytes], schema: pa.Schema) -> pa.Table:
-    joined = b"\n".join(values)
-    if joined.count(b"\n") != len(values) - 1 or b"\r" in joined:
-        # Pretty-printed JSON: newlines are only whitespace between tokens (a raw newline
-        # inside a string is invalid JSON anyway), so turning them into spaces is exact.
-        joined = b"\n".join(v.replace(b"\n", b" ").replace(b"\r", b" ") for v in values)
+def _read_json_lines(values: Sequence[bytes], schema: pa.Schema) -> pa.Table:
+    lines = values.json_lines() if isinstance(values, BinaryColumn) else None
+    if lines is not None:
+        joined, longest = lines
+    else:
+        joined = b"\n".join(values)
+        if joined.count(b"\n") != len(values) - 1 or b"\r" in joined:
+            # Pretty-printed JSON: newlines are only whitespace between tokens (a raw newline
+            # inside a string is invalid JSON anyway), so turning them into spaces is exact.
+            joined = b"\n".join(v.replace(b"\n", b" ").replace(b"\r", b" ") for v in values)
+        longest = max(len(v) for v in values)
     block = max(_MIN_BLOCK, min(len(joined) + 1, 64 << 20))
     if block < len(joined) + 1:
-        block = max(block, 2 * max(len(v) for v in values) + 2)
+        block = max(block, 2 * longest + 2)
     return pajson.read_json(
         pa.py_buffer(joined),
         read_options=pajson.ReadOptions(use_threads=True, block_size=block),
