@@ -3,7 +3,9 @@
 No groups, no committed offsets: the caller names topic, partition and offset, which is
 what the loader needs to read exact offset ranges. Each request goes to the partition's
 leader; after NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION or a dead connection
-the consumer refreshes metadata, backs off and retries.
+the consumer refreshes metadata, backs off and retries. Offsets of many partitions are
+looked up together: one ListOffsets request per leader, all leaders at once
+(:mod:`pylog.client.offsets`).
 
 ``isolation_level="read_committed"`` reads a transactional source the way Kafka's
 read_committed consumers do: fetches stop at the last stable offset, ``latest_offset``
@@ -13,19 +15,18 @@ is the last stable offset, and records of aborted transactions are not returned.
 from __future__ import annotations
 
 import time
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from pylog.client.fetching import FetchRequester, PartitionOutOfRange
-from pylog.client.network import NetworkClient, check_error, with_retries
+from pylog.client.network import NetworkClient, with_retries
+from pylog.client.offsets import EARLIEST, LATEST, OffsetBounds, OffsetLister
 from pylog.client.results import FetchResult, OffsetOutOfRange, RawFetchResult
 from pylog.client.transactions import ISOLATION_LEVELS, READ_UNCOMMITTED
-from pylog.errors import ConfigError, UnknownTopicOrPartitionError
-from pylog.protocol import ApiKey
+from pylog.errors import ConfigError
 from pylog.records import Record, decode_columns
 from pylog.types import BrokerEndpoint, TopicPartition
 
-LATEST = -1
-EARLIEST = -2
+__all__ = ["SimpleConsumer", "OffsetBounds", "EARLIEST", "LATEST"]
 _MAX_FETCH_GROWTH = 64 * 1024 * 1024
 
 
@@ -60,6 +61,7 @@ class SimpleConsumer:
         self._backoff_s = retry_backoff_ms / 1000
         self._sleep = sleep
         self._fetcher = FetchRequester(self._network, self._retry, self._isolation)
+        self._lister = OffsetLister(self._network, self._retry, self._isolation)
 
     def _retry(self, action):
         return with_retries(action, network=self._network, retries=self._retries,
@@ -71,6 +73,17 @@ class SimpleConsumer:
         """Partition ids of ``topic``; raises UnknownTopicOrPartitionError."""
         return sorted(self._retry(lambda: self._network.topic(topic)).partitions)
 
+    def partitions_for_topics(self, topics: Iterable[str]) -> dict[str, list[int]]:
+        """Partition ids of each topic, from one Metadata request for all of them (none
+        when the cached metadata is fresh). Raises UnknownTopicOrPartitionError.
+
+        >>> consumer.partitions_for_topics(["events", "clicks"])
+        {'events': [0, 1, 2], 'clicks': [0, 1]}
+        """
+        names = list(topics)
+        found = self._retry(lambda: self._network.topics(names))
+        return {name: sorted(topic.partitions) for name, topic in found.items()}
+
     def leader_for(self, topic: str, partition: int) -> BrokerEndpoint:
         """The broker currently leading ``topic``/``partition``."""
         return self._retry(lambda: self._network.leader(TopicPartition(topic, partition)))
@@ -79,45 +92,41 @@ class SimpleConsumer:
 
     def earliest_offset(self, topic: str, partition: int) -> int:
         """The log start offset of the partition."""
-        return self._list_offsets(topic, {partition: EARLIEST})[partition]
+        tp = TopicPartition(topic, partition)
+        return self.list_offsets({tp: EARLIEST})[tp]
 
     def latest_offset(self, topic: str, partition: int) -> int:
         """The high watermark (the offset the next record will get); with read_committed,
         the last stable offset (the first offset of a transaction still open)."""
-        return self._list_offsets(topic, {partition: LATEST})[partition]
+        tp = TopicPartition(topic, partition)
+        return self.list_offsets({tp: LATEST})[tp]
 
     def offsets_for_times(self, topic: str, timestamps: Mapping[int, int]) -> dict[int, int | None]:
         """For each partition, the first offset whose timestamp is >= the given ms timestamp.
 
         None where no record is at or after it.
         """
-        found = self._list_offsets(topic, dict(timestamps))
-        return {p: (None if offset < 0 else offset) for p, offset in found.items()}
+        found = self.list_offsets({TopicPartition(topic, p): ts for p, ts in timestamps.items()})
+        return {tp.partition: (None if offset < 0 else offset) for tp, offset in found.items()}
 
-    def _list_offsets(self, topic: str, timestamps: dict[int, int]) -> dict[int, int]:
-        return self._retry(lambda: self._list_offsets_once(topic, timestamps))
+    def list_offsets(self, timestamps: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """ListOffsets for partitions of any topics: ``EARLIEST`` (-2), ``LATEST`` (-1) or a
+        ms timestamp each; -1 where no record is at or after a timestamp. One request per
+        leader, all leaders at once.
 
-    def _list_offsets_once(self, topic: str, timestamps: dict[int, int]) -> dict[int, int]:
-        by_leader: dict[int, list[int]] = {}
-        for partition in timestamps:
-            by_leader.setdefault(self._network.leader_id(TopicPartition(topic, partition)), []).append(partition)
-        offsets: dict[int, int] = {}
-        for leader, partitions in by_leader.items():
-            body = {"replica_id": -1, "isolation_level": self._isolation, "timeout_ms": int(self._network.timeout_s * 1000),
-                    "topics": [{"name": topic, "partitions": [
-                        {"partition_index": p, "timestamp": timestamps[p], "current_leader_epoch": -1}
-                        for p in partitions]}]}
-            response = self._network.request_to(leader, ApiKey.LIST_OFFSETS, body)
-            for topic_response in response["topics"]:
-                for p in topic_response["partitions"]:
-                    if p["error_code"]:
-                        self._network.mark_stale()
-                    check_error(p["error_code"], f"ListOffsets {topic}-{p['partition_index']}")
-                    offsets[p["partition_index"]] = p["offset"]
-        missing = set(timestamps) - set(offsets)
-        if missing:
-            raise UnknownTopicOrPartitionError(f"no offsets returned for {topic} partitions {sorted(missing)}")
-        return offsets
+        >>> consumer.list_offsets({TopicPartition("events", 0): EARLIEST,
+        ...                        TopicPartition("clicks", 3): 1763625600000})
+        """
+        return self._lister.list([timestamps])[0]
+
+    def offset_bounds(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, OffsetBounds]:
+        """Log start and latest offset of each partition, over any number of topics: two
+        pipelined ListOffsets requests per leader, all leaders at once.
+
+        >>> bounds = consumer.offset_bounds([TopicPartition("events", p) for p in range(3)])
+        >>> bounds[TopicPartition("events", 0)].latest
+        """
+        return self._lister.bounds(list(dict.fromkeys(partitions)))
 
     # -- fetch ---------------------------------------------------------------------
 

@@ -117,6 +117,30 @@ class NetworkClient:
             self.mark_stale()
             raise
 
+    def request_batch_to(self, broker_id: int, api_key: int, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Pipelined: write every body to the broker's connection, then read the answers
+        (in order). One round trip for all of them; retried once on a fresh socket like
+        :meth:`request_to`."""
+        try:
+            conn = self.broker_connection(broker_id)
+            with conn.lock:
+                was_connected = conn.connected
+                try:
+                    return self._pipeline(conn, api_key, bodies)
+                except NetworkExceptionError:
+                    if not was_connected:
+                        raise
+                return self._pipeline(conn, api_key, bodies)
+        except NetworkExceptionError:
+            self.mark_stale()
+            raise
+
+    @staticmethod
+    def _pipeline(conn: BrokerConnection, api_key: int, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        version = conn.version_for(api_key)
+        sent = [conn.send(api_key, body, version) for body in bodies]
+        return [conn.receive(pending) for pending in sent]
+
     @staticmethod
     def _request(conn: BrokerConnection, api_key: int, body: dict[str, Any] | Callable[[int], dict]) -> dict:
         """One request; once more on a fresh socket if an idle connection turned out dead
@@ -177,6 +201,33 @@ class NetworkClient:
             cls = KafkaError.for_code(topic.error_code)
             raise cls(f"topic {name!r}: {cls.name}")
         return topic
+
+    def topics(self, names: Iterable[str], *, refresh: bool = False) -> dict[str, TopicMetadata]:
+        """Metadata of several topics, with one Metadata request for all the ones that are
+        unknown (or all of them when stale, old or ``refresh``).
+
+        Raises UnknownTopicOrPartitionError (or the topic's error) for the first topic the
+        cluster has no usable metadata for.
+        """
+        names = list(dict.fromkeys(names))
+        expired = self.clock() - self._snapshot_at > self.metadata_max_age_s
+        snapshot = self._snapshot
+        if refresh or self._stale or expired:
+            missing = names
+        else:
+            missing = [n for n in names if n not in snapshot.topics or snapshot.topics[n].error_code]
+        if missing:
+            snapshot = self.refresh_metadata(missing)
+        found = {}
+        for name in names:
+            topic = snapshot.topics.get(name)
+            if topic is None or topic.error_code == UnknownTopicOrPartitionError.errno:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            if topic.error_code:
+                cls = KafkaError.for_code(topic.error_code)
+                raise cls(f"topic {name!r}: {cls.name}")
+            found[name] = topic
+        return found
 
     def leader_id(self, tp: TopicPartition) -> int:
         """The broker id leading ``tp``; raises UnknownTopicOrPartition / LeaderNotAvailable."""
