@@ -1,9 +1,10 @@
 """Commit a run once every map task of a table has its done marker.
 
 Scheduled load: check the bad-record threshold, then write the new offsets snapshot
-(temp + rename) -- that is the commit point -- then the audit entry and the committed
+(temp + rename) -- that is the commit point -- then publish the staged files into the
+table under a journal (:mod:`pylog.etl.publish`), then the audit entry and the committed
 marker. A crash between them is finished by a rerun: a snapshot carrying the run id
-means the run committed.
+means the run committed, and the journal says what is left to publish.
 
 A scheduled plan commits only on top of the offsets snapshot it was planned from, and
 never moves a committed offset backwards (:mod:`pylog.etl.freshness`); a stale plan
@@ -12,6 +13,9 @@ raises StalePlanError and is not committed.
 Backfill: check the threshold, then replace the window's partitions by offset range and
 swap them in under a journal (:mod:`pylog.etl.swap`). A rerun replays the journal,
 skipping partitions already swapped. The committed offsets are never touched.
+
+Both then fold the run's done markers into one file and, with ``retention_ms``, delete
+the state of runs committed longer ago than that (:meth:`StateStore.prune`).
 """
 
 from __future__ import annotations
@@ -24,13 +28,19 @@ from pylog.etl.freshness import check_forward, check_fresh
 from pylog.etl.fs import Storage
 from pylog.etl.layout import staging_root, trash_root
 from pylog.etl.model import AuditEntry, OffsetsSnapshot, PartitionAudit, TablePlan, TaskDoneMarker
+from pylog.etl.publish import publish_staged
 from pylog.etl.state import StateStore
 from pylog.etl.swap import replace_partitions
 
 
 def commit(state: StateStore, warehouse: Storage, plan: TablePlan, config: TopicConfig,
-           markers: list[TaskDoneMarker], fault: str | None = None) -> AuditEntry:
-    """Commit ``plan`` (idempotent); returns its audit entry."""
+           markers: list[TaskDoneMarker], fault: str | None = None,
+           retention_ms: int | None = None) -> AuditEntry:
+    """Commit ``plan`` (idempotent); returns its audit entry.
+
+    Reads a bounded number of state files whatever the table's history (the offsets
+    snapshot, the run's journal, the pending run, the audit index).
+    """
     if len(markers) != len(plan.ranges):
         raise LoaderError(f"table {plan.table}: {len(markers)} of {len(plan.ranges)} tasks finished; "
                           f"not committing run {plan.run_id!r}")
@@ -46,16 +56,20 @@ def commit(state: StateStore, warehouse: Storage, plan: TablePlan, config: Topic
             check_forward(plan, offsets, plan.end_offsets)
             offsets.update(plan.end_offsets)
             state.write_offsets(OffsetsSnapshot(plan.table, plan.topic, plan.run_id, state.now_ms(), offsets))
-    audit = build_audit(state, plan, markers, replaced)
-    state.write_audit(audit)
+        publish_staged(state, warehouse, plan, config, fault)
+    audit = state.write_audit(build_audit(state, plan, markers, replaced))
     state.mark_committed(plan.table, plan.run_id)
     state.clear_pending(plan.table, plan.run_id)
-    if plan.kind == "backfill":
-        warehouse.delete(staging_root(warehouse, plan.run_id, plan.table))
-        warehouse.delete(staging_root(warehouse, plan.run_id, config.quarantine_table))
-        warehouse.delete(trash_root(warehouse, plan.run_id, plan.table))
-        warehouse.delete(trash_root(warehouse, plan.run_id, config.quarantine_table))
-    return state.audit_for_run(plan.table, plan.run_id) or audit
+    for root in (staging_root, trash_root):
+        for table in (plan.table, config.quarantine_table):
+            warehouse.delete(root(warehouse, plan.run_id, table))
+        run_dir = warehouse.parent(root(warehouse, plan.run_id, plan.table))
+        if warehouse.exists(run_dir) and not warehouse.list_dir(run_dir):  # other tables' runs may share it
+            warehouse.delete(run_dir)
+    state.fold_markers(plan.table, plan.run_id, markers)
+    if retention_ms is not None:
+        state.prune(plan.table, retention_ms)
+    return audit
 
 
 def check_threshold(plan: TablePlan, config: TopicConfig, markers: list[TaskDoneMarker]) -> None:

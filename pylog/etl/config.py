@@ -11,6 +11,7 @@ for example ``topics.page_views.format``. Layout::
     warehouse: file:///var/lib/pylog/warehouse   # file://, hdfs://, webhdfs://
     state: file:///var/lib/pylog/state
     lock_timeout_seconds: 300                # a lock not refreshed for this long is stale
+    state_retention_days: 30                 # state of committed runs older than this is deleted
     topics:
       page_views:                            # the topic name
         table: page_views
@@ -109,6 +110,8 @@ class LoaderConfig:
     topics: tuple[TopicConfig, ...]
     lock_timeout_seconds: float = 300.0
     """A table lock whose heartbeat is older than this belongs to a dead run."""
+    state_retention_days: float = 30.0
+    """Plans, done markers and audit entries of runs committed longer ago are deleted."""
     path: str | None = field(default=None, compare=False)
     """The file this was read from, if any."""
 
@@ -139,17 +142,19 @@ def load_config(path: str | os.PathLike) -> LoaderConfig:
         raise ConfigError(str(path), f"not valid YAML: {exc}") from None
     config = parse_config(raw)
     return LoaderConfig(config.source, config.warehouse, config.state, config.topics,
-                        config.lock_timeout_seconds, path=str(path))
+                        config.lock_timeout_seconds, config.state_retention_days, path=str(path))
 
 
 def parse_config(raw: Any) -> LoaderConfig:
     """Validate an already parsed mapping (as from YAML). Raises ConfigError."""
     root = _mapping(raw, "(top level)")
-    _no_unknown(root, "", {"source", "warehouse", "state", "topics", "lock_timeout_seconds"})
+    _no_unknown(root, "", {"source", "warehouse", "state", "topics", "lock_timeout_seconds",
+                           "state_retention_days"})
     source = _parse_source(_mapping(_required(root, "source", ""), "source"))
     warehouse = _uri(_required(root, "warehouse", ""), "warehouse")
     state = _uri(_required(root, "state", ""), "state")
     lock_timeout = _number(root.get("lock_timeout_seconds", 300), "lock_timeout_seconds", minimum=1)
+    retention_days = _number(root.get("state_retention_days", 30), "state_retention_days", minimum=1)
     topics_raw = _mapping(_required(root, "topics", ""), "topics")
     if not topics_raw:
         raise ConfigError("topics", "at least one topic is required")
@@ -163,7 +168,7 @@ def parse_config(raw: Any) -> LoaderConfig:
                                   f"table {table!r} is already used by topic {tables[table]!r}; "
                                   "each topic lands in its own table")
             tables[table] = topic.topic
-    return LoaderConfig(source, warehouse, state, topics, float(lock_timeout))
+    return LoaderConfig(source, warehouse, state, topics, float(lock_timeout), float(retention_days))
 
 
 def _parse_source(raw: dict) -> SourceConfig:

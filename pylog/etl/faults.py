@@ -13,6 +13,8 @@ long-lived SparkSession too. Points:
 ``fail_later_tasks`` every task but the first raises after writing its files, on every
                      attempt: the job fails midway with some ranges done
 ``mid_swap``         a backfill's commit raises after replacing its first partition
+``mid_publish``      a scheduled commit kills the driver's process group after moving
+                     its first staged file into the table (the offsets are committed)
 
 "Kills its process group" means SIGKILL to the driver's group, which is spark-submit with
 its JVM and Python children when spark-submit was started in a session of its own (as the
@@ -31,7 +33,7 @@ from pylog.etl.errors import InjectedFault
 
 FAULT_ENV = "PYLOG_FAULT"
 POINTS = ("after_plan", "mid_tasks", "before_commit", "fail_first_attempt", "fail_later_tasks",
-          "mid_swap", "before_swap_journal")
+          "mid_swap", "before_swap_journal", "mid_publish")
 
 
 def from_env() -> str | None:

@@ -5,7 +5,7 @@ A run works table by table through the same steps:
 
 1. take the table's lock (a live holder is never taken over, even one of the same run id;
    see :mod:`pylog.etl.locks`);
-2. finish a pending run of another id first (its files may already be in the table);
+2. finish a pending run of another id first (it may be past its commit point, publishing);
 3. reuse this run id's plan, or plan and write it before any task starts;
 4. run one Spark task per range without a done marker, then commit.
 
@@ -31,7 +31,7 @@ from pylog.etl.errors import LoaderError, TableLockedError
 from pylog.etl.fs import Storage
 from pylog.etl.layout import bucket_ms
 from pylog.etl.model import BACKFILL, SCHEDULED, AuditEntry, TablePlan, TaskDoneMarker
-from pylog.etl.planner import plan_backfill, plan_scheduled
+from pylog.etl.planner import plan_backfill, plan_scheduled, topic_offsets
 from pylog.etl.state import StateStore
 from pylog.etl.task import TaskSpec
 
@@ -85,16 +85,21 @@ def run_load(config: LoaderConfig, spark, request: LoadRequest) -> list[AuditEnt
                               isolation_level="read_committed")
     audits = []
     try:
-        for topic in config.select(list(request.topics) if request.topics else None):
+        selected = config.select(list(request.topics) if request.topics else None)
+        # One Metadata request and two ListOffsets per leader for every table of the run.
+        offsets = (topic_offsets(consumer, list(dict.fromkeys(t.topic for t in selected)))
+                   if request.kind != BACKFILL else None)
+        for topic in selected:
             with _TableLock(state, topic.table, run_id, request.kind, config.lock_timeout_seconds) as lock:
                 audits += _load_table(config, spark, request, run_id, topic, state.guarded(lock.check),
-                                      warehouse, consumer)
+                                      warehouse, consumer, offsets)
     finally:
         consumer.close()
     return audits
 
 
-def _load_table(config, spark, request, run_id, topic, state, warehouse, consumer) -> list[AuditEntry]:
+def _load_table(config, spark, request, run_id, topic, state, warehouse, consumer,
+                offsets=None) -> list[AuditEntry]:
     audits = []
     pending = state.pending_run(topic.table)
     if pending is not None and pending != run_id and not state.is_committed(topic.table, pending):
@@ -110,7 +115,7 @@ def _load_table(config, spark, request, run_id, topic, state, warehouse, consume
         if request.kind == BACKFILL:
             plan = plan_backfill(run_id, topic, consumer, state, _window(request, topic, state))
         else:
-            plan = plan_scheduled(run_id, topic, consumer, state)
+            plan = plan_scheduled(run_id, topic, consumer, state, offsets)
         state.write_plan(plan)
     elif plan.kind != request.kind:
         raise LoaderError(f"run id {run_id!r} is a {plan.kind} run of table {topic.table}; "
@@ -151,7 +156,8 @@ def _execute(config: LoaderConfig, spark, plan: TablePlan, topic: TopicConfig, s
         raise LoaderError(f"table {plan.table}: tasks finished without done markers for {missing}")
     faults.kill_driver_at("before_commit", fault)
     # ``state`` is guarded by the table lock: each commit step re-verifies our token.
-    return commit(state, warehouse, plan, topic, markers, fault)
+    retention_ms = int(config.state_retention_days * 24 * 3600 * 1000)
+    return commit(state, warehouse, plan, topic, markers, fault, retention_ms)
 
 
 def run_tasks(spark, specs: list[TaskSpec], description: str) -> list[TaskDoneMarker]:

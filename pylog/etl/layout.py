@@ -10,8 +10,9 @@ Trino and pyarrow::
 or a rerun writes the same names and replaces its own files instead of adding copies.
 With ``partitioning: [dt]`` the ``hr=`` level is absent.
 
-A backfill writes the same layout under ``<warehouse>/_staging/<run>/<table>/``; at
-commit it adds the live rows it did not re-read to each window partition there (see
+Every run's tasks write the same layout under ``<warehouse>/_staging/<run>/<table>/``.
+A scheduled run's commit moves the files into the table (:mod:`pylog.etl.publish`); a
+backfill's commit adds the live rows it did not re-read to each window partition there (see
 :mod:`pylog.etl.swap`) and swaps the staged directory into the table, moving the old one
 to ``<warehouse>/_trash/<run>/<table>/`` (deleted once the run is committed). Names starting
 with ``_`` are outside every table, so readers never see staging or trash.

@@ -22,9 +22,20 @@ state URI::
                                                  lock.json
     tables/<table>/runs/<run>/plan.json          TablePlan, written before tasks start
     tables/<table>/runs/<run>/done/<range>.json  TaskDoneMarker per finished range
+    tables/<table>/runs/<run>/done.json          the run's markers folded into one file
+                                                 once it committed (``done/`` is removed)
     tables/<table>/runs/<run>/swap.json          backfill: the partitions being replaced
+    tables/<table>/runs/<run>/publish.json       scheduled: the staged files being published
     tables/<table>/runs/<run>/committed.json     the run is finished
-    tables/<table>/audit/<committed_at_ms>-<run>.json   AuditEntry
+    tables/<table>/audit/<committed_at_ms>-<run>.json   AuditEntry (the full history)
+    tables/<table>/audit-index/<seq>.json        versioned: the newest RECENT_AUDITS entries
+                                                 and the newest entry of each kind, so a
+                                                 commit, ``pylog status`` and ``pylog tables``
+                                                 read one file however many runs there were
+
+Retention (:meth:`StateStore.prune`, after each commit) deletes the run directory and
+the audit entry of committed runs older than ``state_retention_days``; the pending
+run's directory is never touched, and the index keeps the newest entries readable.
 
 ``offsets.json`` and ``pending.json`` of earlier versions are still read when no
 versioned file exists yet.
@@ -36,8 +47,9 @@ Python API for schedulers and analysts::
 
     store = StateStore("file:///var/lib/pylog/state")
     store.committed_offsets("page_views")       # {partition: next offset} or {}
-    store.latest_audit("page_views")            # AuditEntry | None
-    store.list_audits("page_views")             # [AuditEntry], oldest first
+    store.latest_audit("page_views")            # AuditEntry | None (one file read)
+    store.recent_audits("page_views")           # the newest entries, oldest first
+    store.list_audits("page_views")             # [AuditEntry], the full history
 """
 
 from __future__ import annotations
@@ -57,7 +69,11 @@ from pylog.etl.model import AuditEntry, OffsetsSnapshot, TableLock, TablePlan, T
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 _VERSION = re.compile(r"^\d{12}\.json$")
+_AUDIT_NAME = re.compile(r"^(?P<ms>\d{13})-(?P<run>.+)\.json$")
 KEEP_VERSIONS = 10
+RECENT_AUDITS = 50
+DAY_MS = 24 * 3600 * 1000
+"""Audit entries the index keeps (newest first out); older ones stay in ``audit/``."""
 
 
 def run_dir_name(run_id: str) -> str:
@@ -141,14 +157,39 @@ class StateStore:
         return self._run(table, run_id, "done", f"{task_range.name}.json")
 
     def read_marker(self, table: str, run_id: str, task_range: TaskRange) -> TaskDoneMarker | None:
-        return self._read(self.marker_path(table, run_id, task_range), TaskDoneMarker.from_json)
+        marker = self._read(self.marker_path(table, run_id, task_range), TaskDoneMarker.from_json)
+        if marker is None:
+            marker = self.folded_markers(table, run_id).get(task_range.name)
+        return marker
 
     def write_marker(self, table: str, run_id: str, marker: TaskDoneMarker) -> None:
         self.storage.write_atomic(self.marker_path(table, run_id, marker.range), marker.to_json())
 
     def count_markers(self, table: str, run_id: str) -> int:
-        return sum(1 for name in self.storage.list_dir(self._run(table, run_id, "done"))
-                   if name.endswith(".json") and not name.startswith("."))
+        files = sum(1 for name in self.storage.list_dir(self._run(table, run_id, "done"))
+                    if name.endswith(".json") and not name.startswith("."))
+        return files or len(self.folded_markers(table, run_id))
+
+    def fold_markers(self, table: str, run_id: str, markers: list[TaskDoneMarker]) -> None:
+        """Replace a committed run's marker files by one ``done.json`` (one file per run)."""
+        self._check_guard()
+        body = json.dumps({"markers": [json.loads(m.to_json()) for m in markers]}, sort_keys=True)
+        self.storage.write_atomic(self._run(table, run_id, "done.json"), body.encode())
+        self.storage.delete(self._run(table, run_id, "done"))
+
+    def folded_markers(self, table: str, run_id: str) -> dict[str, TaskDoneMarker]:
+        raw = self._read(self._run(table, run_id, "done.json"), json.loads)
+        markers = [TaskDoneMarker.from_json(json.dumps(m).encode()) for m in (raw or {}).get("markers", ())]
+        return {m.range.name: m for m in markers}
+
+    def read_publish(self, table: str, run_id: str) -> list[list[str]] | None:
+        raw = self._read(self._run(table, run_id, "publish.json"), json.loads)
+        return raw["files"] if raw else None
+
+    def write_publish(self, table: str, run_id: str, files: list[list[str]]) -> None:
+        self._check_guard()
+        self.storage.write_atomic(self._run(table, run_id, "publish.json"),
+                                  json.dumps({"files": files}).encode())
 
     def read_swap(self, table: str, run_id: str) -> list[list[str]] | None:
         raw = self._read(self._run(table, run_id, "swap.json"), json.loads)
@@ -169,31 +210,118 @@ class StateStore:
 
     # -- audits --------------------------------------------------------------------------
 
-    def write_audit(self, entry: AuditEntry) -> None:
+    def write_audit(self, entry: AuditEntry) -> AuditEntry:
+        """Record a committed run's entry in the index and in ``audit/``; returns the entry kept.
+
+        A rerun of a finished commit keeps the first entry: commits are serialised by the
+        table lock and a pending run is finished before any other, so an entry of this run
+        is the index's newest.
+        """
         self._check_guard()
-        name = f"{entry.committed_at_ms:013d}-{run_dir_name(entry.run_id)}.json"
-        for existing in self.storage.list_dir(self._table(entry.table, "audit")):
-            if existing.endswith(f"-{run_dir_name(entry.run_id)}.json"):
-                return  # a rerun of a finished commit keeps the first entry
-        self.storage.write_atomic(self._table(entry.table, "audit", name), entry.to_json())
+        index = self._audit_index(entry.table)
+        newest = index.newest
+        kept = newest if newest is not None and newest.run_id == entry.run_id else None
+        if kept is None:
+            kept = entry
+            self._write_next(entry.table, "audit-index", index.add(entry).to_json())
+        path = self._audit_path(kept)
+        if not self.storage.exists(path):
+            self.storage.write_atomic(path, kept.to_json())
+        return kept
 
     def list_audits(self, table: str) -> list[AuditEntry]:
-        """Every audit entry of a table (or of the table a topic is loaded into), oldest first."""
+        """Every audit entry of a table (or of the table a topic is loaded into), oldest first.
+
+        Reads one file per run still within ``state_retention_days``: the full history,
+        for ``pylog status --history``. :meth:`recent_audits` reads one file.
+        """
         directory = self._table(self.resolve_table(table), "audit")
         return [AuditEntry.from_json(self.storage.read_bytes(self.storage.child(directory, name)))
                 for name in self.storage.list_dir(directory)
                 if name.endswith(".json") and not name.startswith(".")]
 
+    def recent_audits(self, table: str) -> list[AuditEntry]:
+        """The newest (up to RECENT_AUDITS) audit entries of a table, oldest first."""
+        return list(self._audit_index(self.resolve_table(table)).recent)
+
     def latest_audit(self, table: str, kind: str | None = None) -> AuditEntry | None:
         """The newest audit entry of a table (of ``kind`` scheduled/backfill if given)."""
-        audits = [a for a in self.list_audits(table) if kind is None or a.kind == kind]
+        index = self._audit_index(self.resolve_table(table))
+        if kind is None:
+            return index.newest
+        found = index.latest(kind)
+        if found is not None or index.complete:
+            return found
+        audits = [a for a in self.list_audits(table) if a.kind == kind]
         return audits[-1] if audits else None
 
     def audit_for_run(self, table: str, run_id: str) -> AuditEntry | None:
-        for audit in self.list_audits(table):
+        """The audit entry of ``run_id`` from its file in ``audit/`` (the record; the index
+        names it, else the directory is searched), or the index's copy once retention
+        removed the file."""
+        table = self.resolve_table(table)
+        for audit in reversed(self._audit_index(table).recent):
             if audit.run_id == run_id:
-                return audit
+                return self._read(self._audit_path(audit), AuditEntry.from_json) or audit
+        directory = self._table(table, "audit")
+        suffix = f"-{run_dir_name(run_id)}.json"
+        for name in self.storage.list_dir(directory):
+            if name.endswith(suffix) and _AUDIT_NAME.match(name):
+                audit = self._read(self.storage.child(directory, name), AuditEntry.from_json)
+                if audit is not None and audit.run_id == run_id:
+                    return audit
         return None
+
+    def _audit_path(self, entry: AuditEntry) -> str:
+        name = f"{entry.committed_at_ms:013d}-{run_dir_name(entry.run_id)}.json"
+        return self._table(entry.table, "audit", name)
+
+    def _audit_index(self, table: str) -> AuditIndex:
+        """The table's audit index; built from ``audit/`` for state written before it existed."""
+        index = self._read_latest(table, "audit-index", AuditIndex.from_json, legacy=False)
+        if index is not None:
+            return index
+        directory = self._table(table, "audit")
+        names = [n for n in self.storage.list_dir(directory) if _AUDIT_NAME.match(n)]
+        oldest = int(_AUDIT_NAME.match(names[0])["ms"]) if names else None
+        index = AuditIndex([], {}, complete=len(names) <= RECENT_AUDITS, oldest_ms=oldest)
+        for name in names[-RECENT_AUDITS:]:
+            index = index.add(AuditEntry.from_json(self.storage.read_bytes(self.storage.child(directory, name))))
+        return index
+
+    # -- retention -----------------------------------------------------------------------
+
+    def prune(self, table: str, retention_ms: int) -> int:
+        """Delete the run directories and audit entries of runs committed before now - ``retention_ms``.
+
+        Runs are found by their audit entries (written only at commit), oldest first, so
+        this lists one directory and reads no entry -- and only once the oldest entry is
+        a slack (a thirtieth of the retention, at most a day) past the horizon, so most
+        commits list nothing. The pending run is never touched; the index keeps the
+        newest entries. Returns how many runs were removed.
+        """
+        self._check_guard()
+        horizon = self.now_ms() - retention_ms
+        index = self._audit_index(table)
+        if index.oldest_ms is not None and index.oldest_ms >= horizon - min(retention_ms // 30, DAY_MS):
+            return 0
+        pending = self.pending_run(table)
+        keep = run_dir_name(pending) if pending else None
+        directory = self._table(table, "audit")
+        removed, oldest = 0, None
+        for name in self.storage.list_dir(directory):
+            m = _AUDIT_NAME.match(name)
+            if not m:
+                continue
+            if int(m["ms"]) >= horizon:
+                oldest = int(m["ms"])
+                break  # names sort by commit time
+            if m["run"] != keep:
+                self.storage.delete(self._table(table, "runs", m["run"]))
+            self.storage.delete(self.storage.child(directory, name))
+            removed += 1
+        self._write_next(table, "audit-index", index.with_oldest(oldest).to_json())
+        return removed
 
     def tables(self) -> list[str]:
         """Names of the tables this state store has state for."""
@@ -243,13 +371,13 @@ class StateStore:
 
     # -- versioned files -----------------------------------------------------------------
 
-    def _read_latest(self, table: str, kind: str, parse):
+    def _read_latest(self, table: str, kind: str, parse, legacy: bool = True):
         """Parse the highest ``<kind>/<seq>.json`` (or the older ``<kind>.json``); None if none."""
         directory = self._table(table, kind)
         versions = [n for n in self.storage.list_dir(directory) if _VERSION.match(n)]
         if versions:
             return parse(self.storage.read_bytes(self.storage.child(directory, versions[-1])))
-        return self._read(self._table(table, f"{kind}.json"), parse)
+        return self._read(self._table(table, f"{kind}.json"), parse) if legacy else None
 
     def _write_next(self, table: str, kind: str, data: bytes) -> None:
         """Create the next version exclusively and prune old ones (the newest few stay)."""
@@ -267,3 +395,55 @@ class StateStore:
             return parse(self.storage.read_bytes(path))
         except FileNotFoundError:
             return None
+
+
+class AuditIndex:
+    """The newest audit entries of a table and the newest of each kind (one JSON file).
+
+    ``complete`` says the index has seen every entry of the table (it was started with
+    the table, or from fewer than RECENT_AUDITS entries): a kind missing from ``latest``
+    then never ran. ``oldest_ms`` is the commit time of the oldest entry in ``audit/``
+    (None: unknown), so retention lists that directory only when something expired.
+    Entries are kept as parsed JSON and turned into AuditEntry only when read.
+    """
+
+    def __init__(self, recent: list[dict], latest: dict[str, dict], complete: bool,
+                 oldest_ms: int | None) -> None:
+        self._recent = recent
+        self._latest = latest
+        self.complete = complete
+        self.oldest_ms = oldest_ms
+
+    @property
+    def recent(self) -> tuple[AuditEntry, ...]:
+        return tuple(_entry(raw) for raw in self._recent)
+
+    @property
+    def newest(self) -> AuditEntry | None:
+        return _entry(self._recent[-1]) if self._recent else None
+
+    def latest(self, kind: str) -> AuditEntry | None:
+        raw = self._latest.get(kind)
+        return _entry(raw) if raw else None
+
+    def add(self, entry: AuditEntry) -> "AuditIndex":
+        raw = json.loads(entry.to_json())
+        oldest = entry.committed_at_ms if self.oldest_ms is None and self.complete else self.oldest_ms
+        return AuditIndex([*self._recent, raw][-RECENT_AUDITS:], {**self._latest, entry.kind: raw},
+                          self.complete, oldest)
+
+    def with_oldest(self, oldest_ms: int | None) -> "AuditIndex":
+        return AuditIndex(self._recent, self._latest, self.complete, oldest_ms)
+
+    def to_json(self) -> bytes:
+        return json.dumps({"recent": self._recent, "latest": self._latest, "complete": self.complete,
+                           "oldest_ms": self.oldest_ms}, sort_keys=True).encode()
+
+    @staticmethod
+    def from_json(data: bytes) -> "AuditIndex":
+        raw = json.loads(data)
+        return AuditIndex(raw["recent"], raw["latest"], bool(raw["complete"]), raw.get("oldest_ms"))
+
+
+def _entry(raw: dict) -> AuditEntry:
+    return AuditEntry.from_json(json.dumps(raw).encode())

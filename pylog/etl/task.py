@@ -2,10 +2,12 @@
 
 Runs on an executor and imports only pylog and pyarrow. Steps: skip if the range's done
 marker exists; for a scheduled load, refuse a stale plan (another run committed since
-it was planned: its files would duplicate that run's); fetch ``[start, end)`` by offset
+it was planned: the commit would refuse it anyway); fetch ``[start, end)`` by offset
 through ``SimpleConsumer`` (which finds the partition's current leader from metadata);
 decode each fetch in bulk; write Parquet per table partition under the range's
-deterministic names; write the done marker with the counts. Records are counted as they are read: offsets have gaps.
+deterministic names, in the run's staging directory (the commit publishes them, so
+readers never see an uncommitted run); write the done marker with the counts. Records
+are counted as they are read: offsets have gaps.
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pylog.client import OffsetOutOfRange, SimpleConsumer
+from pylog.client.cache import shared_consumer
 from pylog.etl import faults
 from pylog.etl.config import SourceConfig, TopicConfig
 from pylog.etl.decode import QUARANTINE_SCHEMA, DecodedRows, decode_records, table_schema
 from pylog.etl.errors import LoaderError, RetentionGapError
 from pylog.etl.freshness import check_fresh
 from pylog.etl.fs import Storage
-from pylog.etl.layout import staging_root, table_root
+from pylog.etl.layout import staging_root
 from pylog.etl.model import BACKFILL, OffsetGap, TaskDoneMarker, TaskRange
 from pylog.etl.state import StateStore
 from pylog.etl.writer import in_window, write_partitioned
@@ -64,7 +67,7 @@ def run_task(spec: TaskSpec, attempt: int = 0) -> TaskDoneMarker:
     existing = state.read_marker(table, spec.run_id, spec.range)
     if existing is not None:
         return existing
-    if spec.kind != BACKFILL:  # scheduled tasks write into the live table: never from a stale plan
+    if spec.kind != BACKFILL:  # a stale plan never commits: do not load it
         plan = state.read_plan(table, spec.run_id)
         if plan is not None:
             check_fresh(plan, state.offsets_snapshot(table))
@@ -73,9 +76,12 @@ def run_task(spec: TaskSpec, attempt: int = 0) -> TaskDoneMarker:
     gaps: list[OffsetGap] = []
     # read_committed: records of aborted transactions never reach the table, and the
     # driver planned the range to the last stable offset.
-    consumer = SimpleConsumer(list(spec.source.bootstrap_servers), client_id=spec.source.client_id,
-                              request_timeout_ms=spec.source.request_timeout_ms,
-                              isolation_level="read_committed")
+    # One consumer per executor process, shared by its tasks (connections and metadata
+    # outlive the task); close() on it is a no-op.
+    consumer = shared_consumer(list(spec.source.bootstrap_servers),
+                               client_id=spec.source.client_id,
+                               request_timeout_ms=spec.source.request_timeout_ms,
+                               isolation_level="read_committed")
     try:
         fetched = _fetch_range(spec, consumer, gaps)
     finally:
@@ -158,13 +164,10 @@ def _combine(spec: TaskSpec, parts: list[DecodedRows]) -> tuple[pa.Table, pa.Arr
 
 
 def _write(spec: TaskSpec, rows: pa.Table, event_ms: pa.Array, quarantine: pa.Table) -> list:
+    """Write under the run's staging directory: the commit swaps (backfill) or publishes them."""
     warehouse = Storage.from_uri(spec.warehouse_uri)
-    if spec.kind == BACKFILL:
-        root = staging_root(warehouse, spec.run_id, spec.topic.table)
-        q_root = staging_root(warehouse, spec.run_id, spec.topic.quarantine_table)
-    else:
-        root = table_root(warehouse, spec.topic.table)
-        q_root = table_root(warehouse, spec.topic.quarantine_table)
+    root = staging_root(warehouse, spec.run_id, spec.topic.table)
+    q_root = staging_root(warehouse, spec.run_id, spec.topic.quarantine_table)
     files = write_partitioned(warehouse, root, rows, event_ms, spec.topic.partitioning, spec.range)
     q_ms = pc.cast(quarantine.column("_timestamp"), pa.int64()).combine_chunks()
     files += write_partitioned(warehouse, q_root, quarantine, q_ms, spec.topic.partitioning, spec.range)

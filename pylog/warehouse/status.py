@@ -7,7 +7,9 @@
   bound on the records still to load.
 
 Together with each table's last audit entry this is what ``pylog status`` prints and
-what the DAG's audit task checks against its lag bound.
+what the DAG's audit task checks against its lag bound. The last entry comes from the
+state store's audit index (one file, however many runs); ``pylog status --history``
+adds every entry still kept (:func:`format_history`, one file per run).
 
 Usage::
 
@@ -108,6 +110,21 @@ def _audit_row(status: TableStatus) -> list:
     return [status.table, audit.run_id, audit.kind, utc_ms(audit.committed_at_ms), audit.records_fetched,
             audit.rows_written, audit.quarantined, len(audit.gaps), human_bytes(audit.bytes_fetched),
             round(audit.seconds, 1), "ok" if balanced else "MISMATCH"]
+
+
+def collect_history(config: LoaderConfig, topics: list[str] | None = None) -> dict[str, list[AuditEntry]]:
+    """Every audit entry kept for each configured table (or those of ``topics``), oldest first."""
+    state = StateStore(config.state)
+    return {topic.table: state.list_audits(topic.table) for topic in config.select(topics)}
+
+
+def format_history(history: dict[str, list[AuditEntry]], tablefmt: str = "simple") -> str:
+    """One line per committed run of each table, oldest first."""
+    rows = [[table, a.run_id, a.kind, utc_ms(a.committed_at_ms), a.records_fetched, a.rows_written,
+             a.quarantined, len(a.gaps), human_bytes(a.bytes_fetched), round(a.seconds, 1)]
+            for table, audits in history.items() for a in audits]
+    return text_table(["table", "run", "kind", "committed at", "fetched", "written", "quarantined",
+                       "gaps", "read", "seconds"], rows, tablefmt)
 
 
 def status_page(statuses: list[TableStatus]) -> str:

@@ -110,3 +110,34 @@ def assert_exactly_once(spark, warehouse: Path, table: str, expected: set, quara
         assert set(keys) == set(expected) - set(quarantined), (
             f"missing {sorted(set(expected) - set(quarantined) - set(keys))[:5]}, "
             f"extra {sorted(set(keys) - set(expected))[:5]}")
+
+
+class CountingStorage:
+    """Counts the file reads of the project's own file:// Storage (a harness around it, not a mock).
+
+    ``install(monkeypatch)`` makes every ``Storage.from_uri`` return one, so the loader's
+    state store and tasks count through it; ``reads`` lists the paths read, in order.
+    """
+
+    def __init__(self) -> None:
+        self.reads: list[str] = []
+        self.counting = True
+
+    def install(self, monkeypatch) -> "CountingStorage":
+        from pylog.etl.fs import ArrowStorage, Storage
+
+        counter = self
+
+        class Counted(ArrowStorage):
+            def read_bytes(self, path: str) -> bytes:
+                if counter.counting:
+                    counter.reads.append(path)
+                return super().read_bytes(path)
+
+        original = Storage.from_uri
+        monkeypatch.setattr(Storage, "from_uri", staticmethod(
+            lambda uri: Counted(uri) if uri.startswith("file:") else original(uri)))
+        return self
+
+    def under(self, root: Path) -> list[str]:
+        return [p for p in self.reads if p.startswith(str(root))]

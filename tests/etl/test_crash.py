@@ -77,3 +77,30 @@ def test_pylog_load_reports_a_bad_config_in_one_line(tmp_path):
                                 capture_output=True, text=True, timeout=60, env=spark_env())
         assert result.returncode == 1 and result.stderr.startswith(f"pylog load: error: {message}")
         assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_killed_mid_publish_then_rerun(spark, mock_cluster, tmp_path):
+    """SIGKILL after the offsets committed and one staged file was published: the rerun
+    replays the publish journal and the table ends exactly once."""
+    config = write_config(tmp_path, mock_cluster.bootstrap, max_records_per_task=40)
+    mock_cluster.produce("ev", events(0, 400))
+    held = broker_records(mock_cluster.bootstrap, "ev")
+    state = StateStore(config.state)
+
+    killed = pylog_load(config.path, "crash-1", "mid_publish")
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert sum(state.committed_offsets("ev").values()) == 400  # past the commit point ...
+    assert not state.is_committed("ev", "crash-1") and state.pending_run("ev") == "crash-1"  # ... not done
+    journal = state.read_publish("ev", "crash-1")
+    warehouse = tmp_path / "warehouse"
+    assert len(journal) >= 12 and len(list((warehouse / "ev").rglob("*.parquet"))) == 1
+    assert len(list((warehouse / "_staging" / "crash-1").rglob("*.parquet"))) == len(journal) - 1
+    with pytest.raises(TableLockedError, match="crash-1"):  # its lock is still fresh
+        run_load(config, spark, LoadRequest(run_id="someone-else"))
+
+    [audit] = run_load(config, spark, LoadRequest(run_id="crash-1"))
+    assert audit.records_fetched == 400 and audit.rows_written == 400
+    assert state.is_committed("ev", "crash-1") and state.pending_run("ev") is None
+    assert sum(state.committed_offsets("ev").values()) == 400
+    assert not (warehouse / "_staging" / "crash-1").exists()
+    assert_exactly_once(spark, warehouse, "ev", held)

@@ -110,7 +110,9 @@ def test_new_run_id_finishes_a_failed_run_first(spark, mock_cluster, tmp_path):
         run_load(config, spark, LoadRequest(run_id="a1", fault="fail_later_tasks"))
     state = StateStore(config.state)
     assert state.pending_run("ev") == "a1" and state.count_markers("ev", "a1") == 1
-    assert any((tmp_path / "warehouse" / "ev").rglob("*.parquet"))
+    # Its files wait in the run's staging directory: readers see none of them.
+    assert any((tmp_path / "warehouse" / "_staging" / "a1" / "ev").rglob("*.parquet"))
+    assert not any((tmp_path / "warehouse" / "ev").rglob("*.parquet"))
 
     mock_cluster.produce("ev", events(100, 40))
     audits = run_load(config, spark, LoadRequest(run_id="a2"))
