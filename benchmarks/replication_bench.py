@@ -48,7 +48,7 @@ from pylog.client.metadata import ClusterSnapshot, PartitionMetadata  # noqa: E4
 from pylog.errors import PylogError  # noqa: E402
 from pylog.log.leader_epoch import EpochEntry, LeaderEpochCache  # noqa: E402
 from pylog.protocol import ApiKey  # noqa: E402
-from pylog.testing.broker import BrokerProcess  # noqa: E402
+from pylog.testing.broker import BrokerProcess, broker_metadata  # noqa: E402
 from pylog.testing.zookeeper import running_zookeeper  # noqa: E402
 
 SESSION_TIMEOUT_MS = 6000
@@ -84,13 +84,7 @@ class Cluster:
 
     def metadata(self, broker_id: int, topics: list[str] | None = None) -> ClusterSnapshot:
         """Metadata as broker ``broker_id`` answers it."""
-        connection = BrokerConnection("127.0.0.1", self.brokers[broker_id].port, timeout_s=10)
-        try:
-            return ClusterSnapshot.from_response(connection.request(ApiKey.METADATA, {
-                "topics": None if topics is None else [{"name": t} for t in topics],
-                "allow_auto_topic_creation": False}))
-        finally:
-            connection.close()
+        return broker_metadata(self.brokers[broker_id].port, topics)
 
     def partitions(self, topic: str, via: int | None = None) -> dict[int, PartitionMetadata]:
         via = via if via is not None else next(b for b, p in self.brokers.items() if p.alive())

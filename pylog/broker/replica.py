@@ -68,9 +68,7 @@ class PartitionReplica:
             # Nobody is known to have anything yet; ISR members get the lag time to show up.
             self.followers = {r: FollowerState(last_caught_up=now) for r in replicas
                               if r != self.local_id}
-            if self.log.replicated_high_watermark is None:
-                start = self.log.restored_high_watermark
-                self.log.set_high_watermark(self.log.log_start_offset if start is None else start)
+            self._start_high_watermark()
             self.maybe_advance_high_watermark()
             return True
 
@@ -84,10 +82,16 @@ class PartitionReplica:
                 return False
             self.role, self.leader, self.leader_epoch = Role.FOLLOWER, leader, leader_epoch
             self.followers = {}
-            if self.log.replicated_high_watermark is None:
-                start = self.log.restored_high_watermark
-                self.log.set_high_watermark(self.log.log_start_offset if start is None else start)
+            self._start_high_watermark()
             return True
+
+    def _start_high_watermark(self) -> None:
+        """A log taking a role for the first time starts from its checkpointed high
+        watermark (or its log start): never from its log end, which may hold records no
+        other replica has."""
+        if self.log.replicated_high_watermark is None:
+            start = self.log.restored_high_watermark
+            self.log.set_high_watermark(self.log.log_start_offset if start is None else start)
 
     def go_offline(self) -> bool:
         with self.lock:

@@ -272,13 +272,9 @@ class ReplicaManager:
         epoch.
         """
         replica = self._current(tp)
-        if replica is None or replica.role is not Role.LEADER:
-            if replica is None and self.metadata.topic(tp.topic) is None:
-                raise UnknownTopicOrPartitionError(f"{tp} does not exist")
-            if replica is None:
-                meta = self.metadata.topic(tp.topic)
-                if tp.partition not in meta.partitions:
-                    raise UnknownTopicOrPartitionError(f"{tp} does not exist")
+        if replica is None:
+            self._refuse_missing(tp)
+        if replica.role is not Role.LEADER:
             raise NotLeaderOrFollowerError(f"broker {self.local_id} does not lead {tp}")
         check_leader_epoch(tp, current_leader_epoch, replica.leader_epoch)
         return replica
@@ -305,11 +301,16 @@ class ReplicaManager:
         """The replica of a partition this broker holds, in any role."""
         replica = self._replicas.get(tp)
         if replica is None:
-            meta = self.metadata.topic(tp.topic)
-            if meta is None or tp.partition not in meta.partitions:
-                raise UnknownTopicOrPartitionError(f"{tp} does not exist")
-            raise NotLeaderOrFollowerError(f"broker {self.local_id} holds no replica of {tp}")
+            self._refuse_missing(tp)
         return replica
+
+    def _refuse_missing(self, tp: TopicPartition) -> None:
+        """Raise for a partition with no local replica: UNKNOWN_TOPIC_OR_PARTITION if it
+        does not exist, else NOT_LEADER_OR_FOLLOWER."""
+        meta = self.metadata.topic(tp.topic)
+        if meta is None or tp.partition not in meta.partitions:
+            raise UnknownTopicOrPartitionError(f"{tp} does not exist")
+        raise NotLeaderOrFollowerError(f"broker {self.local_id} holds no replica of {tp}")
 
     def append_as_leader(self, tp: TopicPartition, records,
                          acks: int) -> tuple[AppendInfo, PartitionReplica, int]:

@@ -84,6 +84,26 @@ def decode_columns(buf: bytes | bytearray | memoryview, *, skip_control: bool = 
     return _decode_reference(buf, skip_control, start_offset)
 
 
+class _BatchWalk:
+    """The complete batches of ``buf`` to decode, as (position, header), control batches
+    left out if asked; afterwards, where the walk ended: bytes consumed, the next offset
+    and how many batches were handed out (both decoders report these)."""
+
+    def __init__(self, buf: bytes | bytearray | memoryview, skip_control: bool) -> None:
+        self._buf = buf
+        self._skip_control = skip_control
+        self.consumed, self.next_offset, self.batches = 0, None, 0
+
+    def __iter__(self):
+        for pos, header in iter_batches(self._buf, skip_control=False):
+            self.consumed = pos + header.size
+            self.next_offset = header.next_offset
+            if self._skip_control and header.is_control:
+                continue
+            self.batches += 1
+            yield pos, header
+
+
 def _decode_reference(buf: bytes | bytearray | memoryview, skip_control: bool,
                       start_offset: int | None) -> RecordColumns:
     offsets: list[int] = []
@@ -91,20 +111,14 @@ def _decode_reference(buf: bytes | bytearray | memoryview, skip_control: bool,
     keys: list = []
     values: list = []
     headers: list = []
-    consumed = 0
-    next_offset = None
-    batches = 0
-    for pos, header in iter_batches(buf, skip_control=False):
-        consumed = pos + header.size
-        next_offset = header.next_offset
-        if skip_control and header.is_control:
-            continue
-        batches += 1
+    walk = _BatchWalk(buf, skip_control)
+    for pos, header in walk:
         first = len(offsets)
         decode_section_into(buf, pos, header, offsets, timestamps, keys, values, headers)
         if start_offset is not None and header.base_offset < start_offset:
             _drop_below(start_offset, first, offsets, timestamps, keys, values, headers)
-    return RecordColumns(offsets, timestamps, keys, values, headers, consumed, next_offset, batches)
+    return RecordColumns(offsets, timestamps, keys, values, headers, walk.consumed,
+                         walk.next_offset, walk.batches)
 
 
 def _drop_below(start_offset: int, first: int, *columns: list) -> None:
@@ -125,13 +139,9 @@ def _decode_vectorised(buf: bytes | bytearray | memoryview, skip_control: bool,
     base_offsets: list[int] = []
     base_timestamps: list[int] = []
     section_ends: list[int] = []
-    consumed, next_offset, batches, total = 0, None, 0, 0
-    for pos, header in iter_batches(buf, skip_control=False):
-        consumed = pos + header.size
-        next_offset = header.next_offset
-        if skip_control and header.is_control:
-            continue
-        batches += 1
+    total = 0
+    walk = _BatchWalk(buf, skip_control)
+    for pos, header in walk:
         count = header.records_count
         if header.compression == Compression.NONE:  # no copy until the join below
             section = memoryview(buf)[pos + BATCH_HEADER_SIZE:pos + header.size]
@@ -169,7 +179,7 @@ def _decode_vectorised(buf: bytes | bytearray | memoryview, skip_control: bool,
     return RecordColumns(IntColumn(offsets), IntColumn(timestamps),
                          BinaryColumn(buffer, key_starts, key_lengths),
                          BinaryColumn(buffer, value_starts, value_lengths),
-                         headers, consumed, next_offset, batches)
+                         headers, walk.consumed, walk.next_offset, walk.batches)
 
 
 def _kept(offsets: np.ndarray, counts: list[int], base_offsets: list[int],

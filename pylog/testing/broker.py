@@ -25,10 +25,26 @@ import tempfile
 from pathlib import Path
 from typing import Mapping
 
+from pylog.client.connection import BrokerConnection
+from pylog.client.metadata import ClusterSnapshot
+from pylog.protocol import ApiKey
 from pylog.testing.process import ServerProcess, free_port, wait_for_port
 
 HOST = "127.0.0.1"
 START_TIMEOUT = 60.0
+
+
+def broker_metadata(port: int, topics: list[str] | None = None,
+                    timeout_s: float = 10.0) -> ClusterSnapshot:
+    """Metadata as the broker on ``port`` answers it (no client-side caching)."""
+    connection = BrokerConnection(HOST, port, timeout_s=timeout_s)
+    try:
+        response = connection.request(ApiKey.METADATA, {
+            "topics": None if topics is None else [{"name": t} for t in topics],
+            "allow_auto_topic_creation": False})
+        return ClusterSnapshot.from_response(response)
+    finally:
+        connection.close()
 
 
 class BrokerProcess:

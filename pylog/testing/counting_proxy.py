@@ -26,7 +26,7 @@ from pathlib import Path
 from pylog.client.connection import BrokerConnection
 from pylog.client.metadata import ClusterSnapshot
 from pylog.protocol import ApiKey
-from pylog.testing.broker import BrokerProcess
+from pylog.testing.broker import BrokerProcess, broker_metadata
 
 _SIZE = struct.Struct(">i")
 _HEADER = struct.Struct(">hhih")
@@ -170,13 +170,7 @@ class ProxiedCluster:
 
     def metadata(self, broker_id: int, topics: list[str] | None = None) -> ClusterSnapshot:
         """Metadata as ``broker_id`` answers it, asked past its proxy (not counted)."""
-        connection = BrokerConnection("127.0.0.1", self.brokers[broker_id].port, timeout_s=60)
-        try:
-            return ClusterSnapshot.from_response(connection.request(ApiKey.METADATA, {
-                "topics": None if topics is None else [{"name": t} for t in topics],
-                "allow_auto_topic_creation": False}))
-        finally:
-            connection.close()
+        return broker_metadata(self.brokers[broker_id].port, topics, timeout_s=60)
 
     def create_topics(self, names: list[str], partitions: int, batch: int = 20,
                       timeout: float = 900.0, replication_factor: int = 1) -> None:

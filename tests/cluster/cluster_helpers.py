@@ -4,25 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pylog.client.connection import BrokerConnection
 from pylog.client.metadata import ClusterSnapshot
-from pylog.protocol import ApiKey
-from pylog.testing.broker import BrokerProcess
+from pylog.testing.broker import BrokerProcess, broker_metadata  # noqa: F401 -- re-exported
 from tests.cluster.conftest import wait_until
 
 BROKER_SESSION_TIMEOUT_MS = 3000
-
-
-def broker_metadata(port: int, topics: list[str] | None = None) -> ClusterSnapshot:
-    """Metadata as one particular broker answers it (no client-side caching)."""
-    connection = BrokerConnection("127.0.0.1", port, timeout_s=10)
-    try:
-        response = connection.request(ApiKey.METADATA, {
-            "topics": None if topics is None else [{"name": t} for t in topics],
-            "allow_auto_topic_creation": False})
-        return ClusterSnapshot.from_response(response)
-    finally:
-        connection.close()
 
 
 class LocalCluster:

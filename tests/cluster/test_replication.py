@@ -8,6 +8,7 @@ within seconds.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -87,13 +88,26 @@ class AcksAllProducer:
         assert self.producer.flush(timeout) == 0, "messages still in flight"
 
 
-def produce_until(producer: AcksAllProducer, stop: threading.Event, prefix: str,
-                  partitions: int = 1) -> None:
-    n = 0
-    while not stop.is_set():
-        producer.produce(f"{prefix}-{n}", n % partitions)
-        n += 1
-        time.sleep(0.003)
+@contextlib.contextmanager
+def producing(producer: AcksAllProducer, prefix: str, partitions: int = 1):
+    """Produce ``<prefix>-<n>`` round-robin over the partitions from a thread while the
+    block runs."""
+    stop = threading.Event()
+
+    def produce_until() -> None:
+        n = 0
+        while not stop.is_set():
+            producer.produce(f"{prefix}-{n}", n % partitions)
+            n += 1
+            time.sleep(0.003)
+
+    thread = threading.Thread(target=produce_until)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def read_all(cluster: LocalCluster, partitions: list[int]) -> list[tuple[int, str]]:
@@ -122,10 +136,7 @@ def test_acks_all_survives_the_leader_being_killed(cluster):
     create_topic(cluster)
     leader = leader_of(cluster)
     producer = AcksAllProducer(cluster.bootstrap())
-    stop = threading.Event()
-    thread = threading.Thread(target=produce_until, args=(producer, stop, "v"))
-    thread.start()
-    try:
+    with producing(producer, "v"):
         wait_until(lambda: len(producer.acked) > 200, message="acknowledged messages")
         cluster.brokers[leader].kill()
         wait_until(lambda: leader_of(cluster) not in (-1, leader), timeout=30,
@@ -133,9 +144,6 @@ def test_acks_all_survives_the_leader_being_killed(cluster):
         acked_before = len(producer.acked)
         wait_until(lambda: len(producer.acked) > acked_before + 200, timeout=60,
                    message="acknowledgements from the new leader")
-    finally:
-        stop.set()
-        thread.join()
     producer.flush()
     assert not [e for e in producer.errors if not e.retriable()], producer.errors
     acked = {value for _, _, value in producer.acked}
@@ -255,10 +263,7 @@ def test_unclean_leader_election(tmp_path, zk_connect, unclean):
 def test_rolling_controlled_shutdown_under_acks_all_load(cluster):
     create_topic(cluster, partitions=3)
     producer = AcksAllProducer(cluster.bootstrap())
-    stop = threading.Event()
-    thread = threading.Thread(target=produce_until, args=(producer, stop, "r", 3))
-    thread.start()
-    try:
+    with producing(producer, "r", 3):
         for broker_id in sorted(cluster.brokers):
             wait_until(lambda: len(producer.acked) > 50, message="acknowledged messages")
             started = time.monotonic()
@@ -269,9 +274,6 @@ def test_rolling_controlled_shutdown_under_acks_all_load(cluster):
             cluster.brokers[broker_id].start()
             wait_until(lambda: all(len(p.isr) == 3 for p in partition_meta(cluster).values()),
                        timeout=30, message="every replica back in sync")
-    finally:
-        stop.set()
-        thread.join()
     producer.flush()
     assert not [e for e in producer.errors if not e.retriable()], producer.errors
     acked = {(p, value) for p, _, value in producer.acked}
@@ -304,13 +306,10 @@ def test_reassignment_under_load_survives_a_controller_failover(tmp_path, zk_con
         create_topic(cluster, replication=2)
         assert partition_meta(cluster)[0].replicas == (1, 2)
         producer = AcksAllProducer(cluster.bootstrap())
-        stop = threading.Event()
-        thread = threading.Thread(target=produce_until, args=(producer, stop, "m"))
-        thread.start()
         plan = tmp_path / "plan.json"
         plan.write_text(json.dumps({"version": 1, "partitions": [
             {"topic": TOPIC, "partition": 0, "replicas": [2, 3]}]}))
-        try:
+        with producing(producer, "m"):
             wait_until(lambda: len(producer.acked) > 100, message="acknowledged messages")
             controller = cluster.controller(1)
             result = run_cli("partitions", "reassign", "--zookeeper", zk_connect,
@@ -328,9 +327,6 @@ def test_reassignment_under_load_survives_a_controller_failover(tmp_path, zk_con
             acked_before = len(producer.acked)
             wait_until(lambda: len(producer.acked) > acked_before + 50, timeout=30,
                        message="acknowledgements after the move")
-        finally:
-            stop.set()
-            thread.join()
         producer.flush()
         meta = partition_meta(cluster)[0]
         assert meta.replicas == (2, 3) and set(meta.isr) <= {2, 3} and meta.leader in (2, 3)
@@ -467,10 +463,7 @@ def test_a_leader_paused_past_its_lease_but_not_its_session_writes_nothing_twice
     create_topic(cluster)
     leader = leader_of(cluster)
     producer = AcksAllProducer(cluster.bootstrap(), **{"enable.idempotence": False})
-    stop = threading.Event()
-    thread = threading.Thread(target=produce_until, args=(producer, stop, "p"))
-    thread.start()
-    try:
+    with producing(producer, "p"):
         wait_until(lambda: len(producer.acked) > 100, message="acknowledged messages")
         cluster.brokers[leader].pause()
         time.sleep(2.2)
@@ -478,9 +471,6 @@ def test_a_leader_paused_past_its_lease_but_not_its_session_writes_nothing_twice
         acked_before = len(producer.acked)
         wait_until(lambda: len(producer.acked) > acked_before + 100, timeout=30,
                    message="acknowledgements after the pause")
-    finally:
-        stop.set()
-        thread.join()
     producer.flush()
     values = [value for _, value in read_all(cluster, [0])]
     assert len(values) == len(set(values)), "a value was written twice"
