@@ -139,6 +139,12 @@ class PartitionReplica:
             self.maybe_advance_high_watermark()
             return replica_id not in self.isr and self._can_join(state)
 
+    def excuse_stall(self, seconds: float, now: float) -> None:
+        """Move every follower's last catch-up ``seconds`` later (never past ``now``)."""
+        with self.lock:
+            for state in self.followers.values():
+                state.last_caught_up = min(now, state.last_caught_up + seconds)
+
     def _can_join(self, state: FollowerState) -> bool:
         return (state.log_end_offset >= self.log.high_watermark
                 and state.log_end_offset >= self.epoch_start_offset)

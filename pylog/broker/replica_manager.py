@@ -8,6 +8,7 @@ view delivers it) into local roles, on its own thread so watch callbacks never w
   high watermark (smallest log end in the ISR) advances; a periodic check writes ISR
   shrinks (a follower not caught up for ``replica.lag.time.max.ms``) and expansions (a
   follower that reached the high watermark) to ZooKeeper with a conditional update.
+  Time this broker itself did not run (a pause) is not counted as its followers' lag.
 - **Follower** of broker L in epoch E: the partition moves to the fetcher thread for L,
   which truncates (OffsetForLeaderEpoch) and then fetches.
 - **Offline** (no leader, or this broker's session is in doubt): neither.
@@ -124,6 +125,9 @@ class ReplicaManager:
             self._signal.clear()
             if self._stopping:
                 break
+            late = self._clock() - next_isr_check
+            if late > interval:
+                self._excuse_stall(late)
             try:
                 if self._metadata_changed:
                     self._metadata_changed = False
@@ -248,6 +252,17 @@ class ReplicaManager:
             if broker.broker_id == broker_id:
                 return broker
         return None
+
+    def _excuse_stall(self, seconds: float) -> None:
+        """This broker did not run for ``seconds`` (SIGSTOP, a long stall): its followers
+        could not fetch from it meanwhile, so that time does not count as their lag."""
+        log.info("broker %s: stalled for %.1f s; followers keep their place in the ISR",
+                 self.local_id, seconds)
+        now = self._clock()
+        with self._lock:
+            replicas = list(self._replicas.values())
+        for replica in replicas:
+            replica.excuse_stall(seconds, now)
 
     def _maintain_isr(self) -> None:
         now = self._clock()

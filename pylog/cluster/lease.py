@@ -5,12 +5,17 @@ timeout. A broker that was paused (SIGSTOP, a long GC-like stall) may serve requ
 a moment after it resumes, before its ZooKeeper client notices that the session is gone,
 and in that moment it would still believe it leads its partitions.
 
-The lease closes that gap: a thread makes a small round trip to ZooKeeper every quarter
+The lease closes that gap: a thread makes a small round trip to ZooKeeper every tenth
 of the session timeout. A round trip that *started* at time ``t`` proves the session was
 alive at ``t``, so it cannot have expired before ``t + session_timeout``; the lease stays
 valid until ``t + validity`` with ``validity`` two thirds of the timeout. The monotonic
 clock keeps running while a process is stopped, so after a long pause the lease has run
 out before any thread of the broker gets to answer a request.
+
+Frequent round trips also keep the session itself alive as long as possible: after a
+pause the server has heard from the broker at most a tenth of the timeout before it, so
+a pause between two thirds and nine tenths of the timeout costs the broker its lease
+(it writes nothing) but not its session (it keeps its partitions).
 
 The reasoning assumes the server grants the requested session timeout, which it does
 within its ``[minSessionTimeout, maxSessionTimeout]`` (by default 2 to 20 ticks).
@@ -34,7 +39,7 @@ class SessionLease:
         self._client = client
         self._clock = clock
         self.validity = session_timeout * 2 / 3
-        self.interval = max(session_timeout / 4, 0.05)
+        self.interval = max(session_timeout / 10, 0.05)
         self._valid_until = float("-inf")
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)

@@ -456,8 +456,8 @@ def leader_epoch_of(cluster: LocalCluster, broker_id: int) -> int:
 
 
 def test_a_leader_paused_past_its_lease_but_not_its_session_writes_nothing_twice(cluster):
-    """A 2.2 s SIGSTOP outlasts the session lease (2/3 of the 3 s session) but not the
-    session: leadership stays, and acks=all requests parked across the pause must not be
+    """A 2.35 s SIGSTOP outlasts the session lease (2/3 of the 3 s session) but not the
+    session (the lease's round trips, every 0.3 s, leave at most 2.65 s unheard): leadership stays, and acks=all requests parked across the pause must not be
     answered NOT_LEADER_OR_FOLLOWER for batches the log kept (librdkafka would resend
     them and, without idempotence, write them twice)."""
     create_topic(cluster)
@@ -465,13 +465,15 @@ def test_a_leader_paused_past_its_lease_but_not_its_session_writes_nothing_twice
     producer = AcksAllProducer(cluster.bootstrap(), **{"enable.idempotence": False})
     with producing(producer, "p"):
         wait_until(lambda: len(producer.acked) > 100, message="acknowledged messages")
+        epoch = leader_epoch_of(cluster, leader)
         cluster.brokers[leader].pause()
-        time.sleep(2.2)
+        time.sleep(2.35)
         cluster.brokers[leader].resume()
         acked_before = len(producer.acked)
         wait_until(lambda: len(producer.acked) > acked_before + 100, timeout=30,
                    message="acknowledgements after the pause")
     producer.flush()
+    assert leader_epoch_of(cluster, leader) == epoch, "the pause cost the leader its session"
     values = [value for _, value in read_all(cluster, [0])]
     assert len(values) == len(set(values)), "a value was written twice"
     assert {value for _, _, value in producer.acked} <= set(values)
