@@ -94,6 +94,12 @@ class TopicConfig:
     """... or a larger share of the records it fetched than this."""
     max_records_per_task: int = 1_000_000
     """Offset ranges longer than this are split into several tasks."""
+    target_file_mb: float = 128.0
+    """A task (and compaction) starts a new file in a table partition once the current one
+    holds about this much compressed Parquet."""
+    row_group_mb: float = 32.0
+    """Rows are buffered per table partition up to about this much Arrow memory, then
+    written as one row group: what bounds a task's memory, whatever its range."""
 
     @property
     def quarantine_table(self) -> str:
@@ -193,7 +199,8 @@ def _parse_source(raw: dict) -> SourceConfig:
 
 _TOPIC_KEYS = {"table", "format", "schema", "event_time", "max_event_lateness_seconds",
                "partitioning", "new_partitions",
-               "on_retention_gap", "max_bad_records", "max_bad_ratio", "max_records_per_task"}
+               "on_retention_gap", "max_bad_records", "max_bad_ratio", "max_records_per_task",
+               "target_file_mb", "row_group_mb"}
 
 
 def _parse_topic(name: str, raw: dict) -> TopicConfig:
@@ -223,7 +230,10 @@ def _parse_topic(name: str, raw: dict) -> TopicConfig:
         max_bad_ratio=float(_number(raw.get("max_bad_ratio", 0.01), f"{key}.max_bad_ratio",
                                     minimum=0, maximum=1)),
         max_records_per_task=int(_number(raw.get("max_records_per_task", 1_000_000),
-                                         f"{key}.max_records_per_task", minimum=1, integer=True)))
+                                         f"{key}.max_records_per_task", minimum=1, integer=True)),
+        target_file_mb=float(_number(raw.get("target_file_mb", 128), f"{key}.target_file_mb",
+                                     minimum=0.01)),
+        row_group_mb=float(_number(raw.get("row_group_mb", 32), f"{key}.row_group_mb", minimum=0.01)))
 
 
 def _parse_schema(raw: Any, fmt: str, key: str) -> tuple[tuple[str, str], ...]:
