@@ -18,10 +18,13 @@ replaced: it is written as new files with :meth:`Storage.create_exclusive` (see
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
+import tempfile
 import uuid
 from abc import ABC, abstractmethod
+from typing import Iterator
 from urllib.parse import parse_qs, urlparse
 
 import pyarrow.fs as pafs
@@ -86,6 +89,20 @@ class Storage(ABC):
             self.delete(temp)
             raise
 
+    @contextlib.contextmanager
+    def open_atomic(self, path: str) -> Iterator:
+        """A binary stream to a temporary file that becomes ``path`` (replacing it) when the
+        block ends normally, and is deleted when it raises."""
+        self.makedirs(self.parent(path))
+        temp = self.temp_path(path)
+        try:
+            with self._open_output(temp) as stream:
+                yield stream
+            self._replace(temp, path)
+        except BaseException:
+            self.delete(temp)
+            raise
+
     def create_exclusive(self, path: str, data: bytes) -> bool:
         """Create ``path`` with ``data`` unless it exists; True when this call created it."""
         self.makedirs(self.parent(path))
@@ -126,6 +143,10 @@ class Storage(ABC):
 
     @abstractmethod
     def _write(self, path: str, data: bytes) -> None: ...
+
+    @abstractmethod
+    def _open_output(self, path: str):
+        """A context manager giving a binary output stream (``write``, ``tell``) to ``path``."""
 
     @abstractmethod
     def _replace(self, src: str, dst: str) -> None: ...
@@ -187,6 +208,9 @@ class ArrowStorage(Storage):
     def _write(self, path: str, data: bytes) -> None:
         with self.fs.open_output_stream(path) as stream:
             stream.write(data)
+
+    def _open_output(self, path: str):
+        return self.fs.open_output_stream(path)
 
     def _replace(self, src: str, dst: str) -> None:
         if not self.atomic_replace and self.exists(dst):
@@ -254,6 +278,14 @@ class WebHdfsStorage(Storage):
 
     def _write(self, path: str, data: bytes) -> None:
         self.client.write(path, data, overwrite=True)
+
+    @contextlib.contextmanager
+    def _open_output(self, path: str):
+        # WebHDFS takes a whole body per request: spool to a local file, then upload it.
+        with tempfile.TemporaryFile(prefix="pylog-upload-") as spool:
+            yield spool
+            spool.seek(0)
+            self.client.write(path, spool, overwrite=True)
 
     def _replace(self, src: str, dst: str) -> None:
         self.client.delete(dst)

@@ -8,6 +8,8 @@ Trino and pyarrow::
 
 ``first``/``last`` are the first and last offsets of the task's planned range, so a retry
 or a rerun writes the same names and replaces its own files instead of adding copies.
+A range's rows in one partition larger than ``target_file_mb`` continue in
+``<range>.1.parquet``, ``<range>.2.parquet``, ... (see :mod:`pylog.etl.writer`).
 With ``partitioning: [dt]`` the ``hr=`` level is absent.
 
 Every run's tasks write the same layout under ``<warehouse>/_staging/<run>/<table>/``.
@@ -56,5 +58,22 @@ def trash_root(warehouse: Storage, run_id: str, table: str) -> str:
     return warehouse.join("_trash", run_dir_name(run_id), table)
 
 
-def data_file(warehouse: Storage, root: str, parts: tuple[str, ...], task_range: TaskRange) -> str:
-    return warehouse.child(root, *parts, f"{task_range.name}.parquet")
+def data_file(warehouse: Storage, root: str, parts: tuple[str, ...], task_range: TaskRange,
+              number: int = 0) -> str:
+    """The range's ``number``-th file in a partition: ``<range>.parquet``, ``<range>.1.parquet``, ..."""
+    suffix = f".{number}" if number else ""
+    return warehouse.child(root, *parts, f"{task_range.name}{suffix}.parquet")
+
+
+def range_of_file(name: str) -> str | None:
+    """The range name a data file of a load is named after, or None for other names.
+
+    A range name ends in its last offset (digits), so ``.<n>`` after it is unambiguous.
+    """
+    if not name.endswith(".parquet") or name.startswith((".", "_")):
+        return None
+    stem = name[:-len(".parquet")]
+    head, dot, number = stem.rpartition(".")
+    if dot and number.isdigit() and head[-1:].isdigit():
+        return head
+    return stem if stem[-1:].isdigit() else None

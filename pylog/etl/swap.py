@@ -36,7 +36,8 @@ import pyarrow.parquet as pq
 from pylog.etl import faults
 from pylog.etl.config import TopicConfig
 from pylog.etl.fs import Storage
-from pylog.etl.layout import bucket_ms, partition_parts, staging_root, table_root, trash_root
+from pylog.etl.layout import (
+    bucket_ms, partition_parts, range_of_file, staging_root, table_root, trash_root)
 from pylog.etl.model import TablePlan, TaskDoneMarker
 from pylog.etl.state import StateStore
 from pylog.etl.writer import parquet_bytes
@@ -138,8 +139,8 @@ def _stage_kept_rows(warehouse: Storage, plan: TablePlan, table: str, parts: tup
     staged = warehouse.child(staging_root(warehouse, plan.run_id, table), *parts)
     # The backfill's own files are named after its ranges; other staged files are kept rows
     # written by an earlier attempt of this step, which this one rewrites the same way.
-    ours = {f"{r.name}.parquet" for r in plan.ranges}
-    staged_names = {n for n in _data_files(warehouse, staged) if n in ours}
+    ours = {r.name for r in plan.ranges}
+    staged_names = {n for n in _data_files(warehouse, staged) if range_of_file(n) in ours}
     new_names = set(staged_names)
     live_names = _data_files(warehouse, live)
     for name in live_names:

@@ -28,6 +28,7 @@ from typing import Callable
 from pylog.errors import PylogError
 from pylog.etl.config import LoaderConfig, TopicConfig
 from pylog.etl.fs import Storage
+from pylog.etl.layout import range_of_file
 from pylog.etl.model import BACKFILL, SCHEDULED, AuditEntry
 from pylog.etl.state import StateStore
 from pylog.warehouse.status import collect_status
@@ -111,10 +112,10 @@ def _balance_problems(entry: AuditEntry):
 
 def _rows_of_ranges(warehouse: Storage, table: str, entry: AuditEntry) -> int:
     """Rows in the table's files whose names are the run's ranges (any dt/hr directory)."""
-    names = {f"{r.name}.parquet" for r in entry.ranges}
+    names = {r.name for r in entry.ranges}
     return sum(read_footer(warehouse, path).num_rows
                for path in data_file_paths(warehouse, warehouse.join(table))
-               if warehouse.name(path) in names)
+               if range_of_file(warehouse.name(path)) in names)
 
 
 def enforce(checks: list[AuditCheck]) -> None:

@@ -17,7 +17,7 @@ from typing import Iterable, Iterator, Sequence
 
 from crc32c import crc32c
 
-from pylog.errors import RecordDecodeError, TruncatedBatchError
+from pylog.errors import CorruptRecordError, RecordDecodeError, TruncatedBatchError
 from pylog.records.compression import Compression, compress, decompress
 from pylog.records.header import (
     BATCH_HEADER_SIZE,
@@ -192,6 +192,21 @@ def iter_batches(buf: bytes | bytearray | memoryview, *,
         if not (skip_control and header.attributes & CONTROL_BIT):
             yield pos, header
         pos += header.size
+
+
+def next_offset_after(buf: bytes | bytearray | memoryview) -> int | None:
+    """The offset after the last complete batch of ``buf``, from the headers alone (no CRC
+    check, no decompression): where the next fetch starts. None when no batch is
+    complete or the framing is broken (decoding the buffer reports that properly)."""
+    pos, end, found = 0, len(buf), None
+    try:
+        while pos < end:
+            header = read_batch_header(buf, pos)
+            found = header.next_offset
+            pos += header.size
+    except CorruptRecordError:  # TruncatedBatchError included: the partial tail
+        pass
+    return found
 
 
 def iter_records(buf: bytes | bytearray | memoryview, *, skip_control: bool = True) -> Iterator[Record]:
