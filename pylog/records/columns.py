@@ -35,6 +35,7 @@ from pylog.records.vectorised import (
     IntColumn,
     PADDING,
     Unsupported,
+    native_walk,
     record_starts,
 )
 
@@ -160,9 +161,9 @@ def _decode_vectorised(buf: bytes | bytearray | memoryview, skip_control: bool,
         section_ends.append(total)
     sections.append(PADDING)
     buffer = b"".join(sections)
-    starts: list[int] = []
-    for position, count in zip(positions, counts):
-        record_starts(buffer, count, position, starts)
+    native = native_walk()
+    walks = [record_starts(buffer, count, position, native) for position, count in zip(positions, counts)]
+    starts = np.concatenate(walks) if walks else np.empty(0, np.int64)
     decoded = DecodedSections(
         buffer, total, starts, np.repeat(np.array(base_offsets, np.int64), counts),
         np.repeat(np.array(base_timestamps, np.int64), counts),

@@ -3,9 +3,10 @@
 The record layout is the one in :mod:`pylog.records.record`. The records sections of all
 the batches of a fetch are decompressed and put end to end in one buffer, then:
 
-1. The record starts are found by walking the length prefixes only (one short Python
-   step per record: each start depends on the length before it, so this walk is the one
-   sequential part).
+1. The record starts are found by walking the length prefixes only (each start depends
+   on the length before it, so this walk is the one sequential part): in a small C
+   extension (``pylog/records/_speedups.c``, built by ``pip install``), or, without it
+   or with ``PYLOG_RECORDS_SPEEDUPS=0``, one short Python step per record.
 2. Every other field is decoded for all records at once: a varint at known positions is
    a gather of a few bytes per record, its size is the first byte with the high bit
    clear, and its value is the zigzag of the 7-bit groups. Each field's position is the
@@ -23,6 +24,7 @@ buffer again with the reference decoder, which has the final word on errors.
 
 from __future__ import annotations
 
+import os
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -30,6 +32,13 @@ import pyarrow as pa
 
 from pylog.errors import RecordDecodeError
 from pylog.records.record import _MIN_RECORD_BODY, Headers, _decode_headers, read_varint
+
+try:
+    from pylog.records import _speedups
+except ImportError:  # built without a C compiler: the pure-Python walk
+    _speedups = None
+
+SPEEDUPS_ENV = "PYLOG_RECORDS_SPEEDUPS"
 
 PADDING = bytes(16)  # after the sections: a varint window of 10 bytes stays in the buffer
 _SHIFTS = (np.arange(10, dtype=np.uint64) * np.uint64(7))
@@ -42,14 +51,28 @@ class Unsupported(Exception):
     """The buffer needs the reference decoder (malformed, or outside the fast path)."""
 
 
-def record_starts(buffer: bytes, count: int, pos: int, starts: list) -> None:
-    """Append the positions of ``count`` records in ``buffer``, the first one at ``pos``.
+def native_walk() -> bool:
+    """Whether :func:`record_starts` walks in C: the extension is built and
+    ``$PYLOG_RECORDS_SPEEDUPS`` is not ``0`` (the tests run both walks)."""
+    return _speedups is not None and os.environ.get(SPEEDUPS_ENV, "1") != "0"
+
+
+def record_starts(buffer: bytes, count: int, pos: int, native: bool | None = None) -> np.ndarray:
+    """The positions (int64) of ``count`` records in ``buffer``, the first one at ``pos``.
 
     Only the length prefixes are read; the lengths are checked afterwards, column-wise
     (a walk that runs past its section or the buffer shows up there, or as Unsupported).
+    Each start depends on the length before it, so this is a walk: in C when the
+    extension is there (``native``), else one short Python step per record.
     """
-    section = buffer
+    if native if native is not None else native_walk():
+        try:
+            return np.frombuffer(_speedups.record_starts(buffer, count, pos), np.int64)
+        except ValueError:
+            raise Unsupported from None
+    starts: list[int] = []
     append = starts.append
+    section = buffer
     try:
         for _ in range(count):
             append(pos)
@@ -67,6 +90,7 @@ def record_starts(buffer: bytes, count: int, pos: int, starts: list) -> None:
                     pos += length
     except (IndexError, RecordDecodeError):
         raise Unsupported from None
+    return np.array(starts, np.int64)
 
 
 def _varints(padded: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -119,12 +143,12 @@ def _add_checked(base: np.ndarray, delta: np.ndarray) -> np.ndarray:
 class DecodedSections:
     """The fields of every record of a run of records sections, as numpy arrays."""
 
-    def __init__(self, buffer: bytes, sections_size: int, starts: list[int], record_base_offsets: np.ndarray,
+    def __init__(self, buffer: bytes, sections_size: int, starts: np.ndarray, record_base_offsets: np.ndarray,
                  record_base_timestamps: np.ndarray, section_ends: np.ndarray) -> None:
         """``buffer`` is the sections end to end (``sections_size`` bytes), then :data:`PADDING`."""
         self.buffer = buffer
         padded = np.frombuffer(buffer, np.uint8)
-        start = np.array(starts, np.int64)
+        start = np.asarray(starts, np.int64)
         length, size = _varints(padded, start)
         body = start + size
         record_end = body + length
@@ -278,13 +302,12 @@ class BinaryColumn(Sequence["bytes | None"]):
         if (starts[1:] <= ends[:-1]).any():
             return None
         first, last = int(starts[0]), int(ends[-1])
-        region = np.frombuffer(self._buffer, np.uint8)[first:last + 1].copy()
+        copied = bytearray(memoryview(self._buffer)[first:last + 1])  # the one copy
+        region = np.frombuffer(copied, np.uint8)
         local_starts, local_ends = starts - first, ends - first
         gap_starts = local_ends[:-1] + 1
         _fill(region, gap_starts, local_starts[1:] - gap_starts, _SPACE)
-        # Bytes 8..15 are rare in JSON text; only if some are there, look for \n and \r.
-        if np.count_nonzero((region | 7) == 15) and (
-                np.count_nonzero(region == _NEWLINE) or np.count_nonzero(region == 0x0D)):
+        if copied.find(b"\n") >= 0 or copied.find(b"\r") >= 0:  # memchr, not a numpy pass
             return None
         region[local_ends] = _NEWLINE
         line_lengths = np.diff(local_ends, prepend=-1)

@@ -1,5 +1,12 @@
-"""The vectorised records decoder against the reference decoder, on generated batches."""
+"""The vectorised records decoder against the reference decoder, on generated batches.
 
+Every test runs twice: with the record walk in C (``pylog/records/_speedups.c``) and with
+its pure-Python fallback (``PYLOG_RECORDS_SPEEDUPS=0``).
+"""
+
+import os
+
+import numpy as np
 import pytest
 from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
@@ -8,7 +15,8 @@ from hypothesis import strategies as st
 from pylog.errors import CorruptRecordError
 from pylog.records import Compression, build_batch, decode_columns
 from pylog.records.columns import DECODER_ENV, _decode_vectorised
-from pylog.records.vectorised import BinaryColumn, IntColumn
+from pylog.records import vectorised as vectorised_module
+from pylog.records.vectorised import SPEEDUPS_ENV, BinaryColumn, IntColumn, Unsupported, record_starts
 
 blobs = st.none() | st.binary(max_size=200) | st.sampled_from([b"", b"\n", b"{\"a\": 1}", b"\x80" * 300])
 header_lists = st.lists(st.tuples(st.text(max_size=10), blobs), max_size=3).map(tuple)
@@ -16,6 +24,43 @@ timestamps = st.integers(0, 2**50)
 records = st.lists(st.tuples(blobs, blobs, st.just(()) | header_lists, timestamps), min_size=1, max_size=25)
 batch_specs = st.lists(st.tuples(records, st.sampled_from(list(Compression)), st.booleans()),
                        min_size=1, max_size=5)
+
+
+@pytest.fixture(autouse=True, scope="module", params=["c", "python"])
+def record_walk(request):
+    saved = os.environ.get(SPEEDUPS_ENV)
+    os.environ[SPEEDUPS_ENV] = "1" if request.param == "c" else "0"
+    assert vectorised_module.native_walk() == (request.param == "c")
+    yield request.param
+    if saved is None:
+        os.environ.pop(SPEEDUPS_ENV, None)
+    else:
+        os.environ[SPEEDUPS_ENV] = saved
+
+
+def test_the_c_walk_is_built():
+    """make test builds the extension from source (pip install -e .): a missing compiler
+    or header would silently leave the slow walk in place."""
+    assert vectorised_module._speedups is not None
+
+
+@settings(max_examples=200, deadline=None)
+@given(lengths=st.lists(st.integers(0, 300), max_size=40), tail=st.binary(max_size=3))
+def test_the_c_and_python_walks_find_the_same_starts(lengths, tail):
+    from pylog.records.record import encode_varint
+
+    buf = b"".join(encode_varint(n) + bytes(n) for n in lengths) + tail
+    found = []
+    for native in (True, False):
+        try:
+            found.append(record_starts(buf, len(lengths), 0, native).tolist())
+        except Unsupported:
+            found.append(None)
+    assert found[0] == found[1] != None  # noqa: E711
+    positions = np.cumsum([0] + [len(encode_varint(n)) + n for n in lengths])[:-1].tolist()
+    assert found[0] == positions
+    with pytest.raises(Unsupported):
+        record_starts(buf, len(lengths) + 2 + len(tail), 0, True)
 
 
 def as_control(batch: bytes) -> bytes:
