@@ -39,13 +39,13 @@ PARTITIONS = 4
 RETENTION_MS = 30 * 24 * 3_600_000
 
 
-def write_history(root: Path, runs: int, end_ms: int) -> None:
-    """The state ``runs`` committed runs leave, one a minute up to ``end_ms``."""
+def write_history(root: Path, runs: int, end_ms: int, spacing_ms: int = 60_000) -> None:
+    """The state ``runs`` committed runs leave, one every ``spacing_ms`` up to ``end_ms``."""
     table = root / "tables" / TABLE
     (table / "audit").mkdir(parents=True)
     store = StateStore(root.as_uri(), clock=lambda: end_ms / 1000)
     for i in range(runs):
-        run_id, at_ms = f"old-{i:06d}", end_ms - (runs - i) * 60_000
+        run_id, at_ms = f"old-{i:06d}", end_ms - (runs - i) * spacing_ms
         r = TaskRange(TABLE, 0, i * 10, i * 10 + 10)
         entry = AuditEntry(run_id, "scheduled", TABLE, TABLE, at_ms, 10, 10, 0, 1000, 900, 1.0, 0.5, (r,),
                            (PartitionAudit(TABLE, 0, i * 10, i * 10 + 10, 10, 10, 0),), ())

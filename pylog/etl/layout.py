@@ -77,3 +77,14 @@ def range_of_file(name: str) -> str | None:
     if dot and number.isdigit() and head[-1:].isdigit():
         return head
     return stem if stem[-1:].isdigit() else None
+
+
+def partition_dirs(warehouse: Storage, root: str) -> list[tuple[str, ...]]:
+    """``(dt=..., hr=...)`` (or ``(dt=...,)``) of every leaf partition directory under ``root``."""
+    found = []
+    for dt in warehouse.list_dir(root):
+        if not dt.startswith("dt="):
+            continue
+        hours = [h for h in warehouse.list_dir(warehouse.child(root, dt)) if h.startswith("hr=")]
+        found += [(dt, hr) for hr in hours] if hours else [(dt,)]
+    return found

@@ -37,7 +37,7 @@ from pylog.etl import faults
 from pylog.etl.config import TopicConfig
 from pylog.etl.fs import Storage
 from pylog.etl.layout import (
-    bucket_ms, partition_parts, range_of_file, staging_root, table_root, trash_root)
+    bucket_ms, partition_dirs, partition_parts, range_of_file, staging_root, table_root, trash_root)
 from pylog.etl.model import TablePlan, TaskDoneMarker
 from pylog.etl.state import StateStore
 from pylog.etl.writer import parquet_bytes
@@ -123,7 +123,7 @@ def _window_partitions(warehouse: Storage, plan: TablePlan, config: TopicConfig,
                 found.append(parts)
                 break
     staged = staging_root(warehouse, plan.run_id, table)
-    for parts in _partition_dirs(warehouse, staged):  # the tasks keep rows in the window only
+    for parts in partition_dirs(warehouse, staged):  # the tasks keep rows in the window only
         if parts not in found and _data_files(warehouse, warehouse.child(staged, *parts)):
             found.append(parts)
     return found
@@ -180,14 +180,3 @@ def _swap_one(warehouse: Storage, run_id: str, table: str, action: str, parts: t
 def _data_files(warehouse: Storage, directory: str) -> list[str]:
     return [n for n in warehouse.list_dir(directory)
             if n.endswith(".parquet") and not n.startswith((".", "_"))]
-
-
-def _partition_dirs(warehouse: Storage, root: str) -> list[tuple[str, ...]]:
-    """``(dt=..., hr=...)`` of every leaf partition directory under ``root``."""
-    found = []
-    for dt in warehouse.list_dir(root):
-        if not dt.startswith("dt="):
-            continue
-        hours = [h for h in warehouse.list_dir(warehouse.child(root, dt)) if h.startswith("hr=")]
-        found += [(dt, hr) for hr in hours] if hours else [(dt,)]
-    return found
