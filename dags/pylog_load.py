@@ -1,7 +1,9 @@
 """pylog_load: land every configured topic in its Parquet table, exactly once, on a schedule.
 
 plan_loads -> load (one spark-submit of jobs/load_log.py per topic, dynamically mapped)
--> audit -> register_partitions (Spark catalog; emits one Asset per table).
+-> audit -> register_partitions (Spark catalog; emits one Asset per table), and beside it
+compact (small files of partitions older than ``compaction.older_than`` rewritten, under
+the table lock; skipped when ``compaction.after_load`` is false in loader.yaml).
 
 The Airflow run id is the load's run id: a retried task or a cleared DAG run reuses the
 load's plan and adds no duplicates. Settings: see pylog.orchestration.settings.
@@ -47,7 +49,18 @@ def pylog_load():
     def register_partitions() -> list[str]:
         return loads.register_catalog(at_runtime(SETTINGS))
 
-    load >> audit() >> register_partitions()
+    @task
+    def compact() -> str:
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        report = loads.compact(at_runtime(SETTINGS).loader_config)
+        if report is None:
+            raise AirflowSkipException("compaction.after_load is false in the loader configuration")
+        return report
+
+    checked = load >> audit()
+    checked >> register_partitions()
+    checked >> compact()
 
 
 pylog_load()

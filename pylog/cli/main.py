@@ -22,6 +22,7 @@ SUBCOMMANDS = (
     "demo",
     "broker",
     "load",
+    "compact",
     "tables",
     "query",
     "status",

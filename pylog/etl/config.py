@@ -25,6 +25,10 @@ for example ``topics.page_views.format``. Layout::
         max_bad_records: 1000                # quarantined records a run may have ...
         max_bad_ratio: 0.01                  # ... and as a share of records fetched
         max_records_per_task: 1000000        # larger offset ranges are split
+    compaction:                              # pylog compact, and the DAG's compact task
+      after_load: true                       # the scheduled DAG compacts after its audit
+      older_than: 2h                         # partitions that ended this long ago (s, m, h, d)
+      lock_wait_seconds: 600                 # how long compaction waits for a load's lock
 """
 
 from __future__ import annotations
@@ -107,6 +111,18 @@ class TopicConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class CompactionConfig:
+    """The ``compaction:`` section: when the DAG compacts, and what (see pylog.etl.compact)."""
+
+    after_load: bool = True
+    """The scheduled DAG's compact task runs after the audit (False: it is skipped)."""
+    older_than_seconds: float | None = 7200.0
+    """Only partitions whose hour (or day) ended at least this long ago; None: every one."""
+    lock_wait_seconds: float = 600.0
+    """How long a compaction waits for a run holding the table lock before giving up."""
+
+
+@dataclass(frozen=True, slots=True)
 class LoaderConfig:
     source: SourceConfig
     warehouse: str
@@ -120,6 +136,8 @@ class LoaderConfig:
     """Plans, done markers and audit entries of runs committed longer ago are deleted."""
     path: str | None = field(default=None, compare=False)
     """The file this was read from, if any."""
+    compaction: CompactionConfig = CompactionConfig()
+    """The ``compaction:`` section."""
 
     def topic(self, name: str) -> TopicConfig:
         for topic in self.topics:
@@ -148,14 +166,15 @@ def load_config(path: str | os.PathLike) -> LoaderConfig:
         raise ConfigError(str(path), f"not valid YAML: {exc}") from None
     config = parse_config(raw)
     return LoaderConfig(config.source, config.warehouse, config.state, config.topics,
-                        config.lock_timeout_seconds, config.state_retention_days, path=str(path))
+                        config.lock_timeout_seconds, config.state_retention_days, path=str(path),
+                        compaction=config.compaction)
 
 
 def parse_config(raw: Any) -> LoaderConfig:
     """Validate an already parsed mapping (as from YAML). Raises ConfigError."""
     root = _mapping(raw, "(top level)")
     _no_unknown(root, "", {"source", "warehouse", "state", "topics", "lock_timeout_seconds",
-                           "state_retention_days"})
+                           "state_retention_days", "compaction"})
     source = _parse_source(_mapping(_required(root, "source", ""), "source"))
     warehouse = _uri(_required(root, "warehouse", ""), "warehouse")
     state = _uri(_required(root, "state", ""), "state")
@@ -174,7 +193,38 @@ def parse_config(raw: Any) -> LoaderConfig:
                                   f"table {table!r} is already used by topic {tables[table]!r}; "
                                   "each topic lands in its own table")
             tables[table] = topic.topic
-    return LoaderConfig(source, warehouse, state, topics, float(lock_timeout), float(retention_days))
+    compaction = _parse_compaction(_mapping(root.get("compaction"), "compaction"))
+    return LoaderConfig(source, warehouse, state, topics, float(lock_timeout), float(retention_days),
+                        compaction=compaction)
+
+
+def _parse_compaction(raw: dict) -> CompactionConfig:
+    _no_unknown(raw, "compaction", {"after_load", "older_than", "lock_wait_seconds"})
+    after_load = raw.get("after_load", True)
+    if not isinstance(after_load, bool):
+        raise ConfigError("compaction.after_load", f"{after_load!r} is not true or false")
+    older_than = raw.get("older_than", "2h")
+    older_than_s = None if older_than is None else parse_duration_seconds(older_than, "compaction.older_than")
+    wait = _number(raw.get("lock_wait_seconds", 600), "compaction.lock_wait_seconds", minimum=0)
+    return CompactionConfig(after_load, older_than_s, float(wait))
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration_seconds(value: Any, key: str) -> float:
+    """``90s``, ``30m``, ``2h``, ``1d`` or a number of seconds -> seconds; ConfigError naming ``key``."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    text = str(value).strip().lower()
+    number, unit = (text[:-1], text[-1]) if text[-1:] in _DURATION_UNITS else (text, "s")
+    try:
+        seconds = float(number) * _DURATION_UNITS[unit]
+    except ValueError:
+        seconds = -1.0
+    if not number or seconds < 0 or seconds != seconds:
+        raise ConfigError(key, f"{value!r} is not a duration such as 90s, 30m, 2h or 1d")
+    return seconds
 
 
 def _parse_source(raw: dict) -> SourceConfig:

@@ -15,6 +15,10 @@ long-lived SparkSession too. Points:
 ``mid_swap``         a backfill's commit raises after replacing its first partition
 ``mid_publish``      a scheduled commit kills the driver's process group after moving
                      its first staged file into the table (the offsets are committed)
+``compact_before_journal`` ``pylog compact`` kills its process group after writing the
+                     compacted files of a table into staging, before its journal exists
+``compact_mid_swap`` ``pylog compact`` kills its process group in the middle of the swap:
+                     after the first rename of its first journalled partition
 
 "Kills its process group" means SIGKILL to the driver's group, which is spark-submit with
 its JVM and Python children when spark-submit was started in a session of its own (as the
@@ -33,7 +37,7 @@ from pylog.etl.errors import InjectedFault
 
 FAULT_ENV = "PYLOG_FAULT"
 POINTS = ("after_plan", "mid_tasks", "before_commit", "fail_first_attempt", "fail_later_tasks",
-          "mid_swap", "before_swap_journal", "mid_publish")
+          "mid_swap", "before_swap_journal", "mid_publish", "compact_before_journal", "compact_mid_swap")
 
 
 def from_env() -> str | None:

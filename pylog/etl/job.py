@@ -90,7 +90,7 @@ def run_load(config: LoaderConfig, spark, request: LoadRequest) -> list[AuditEnt
         offsets = (topic_offsets(consumer, list(dict.fromkeys(t.topic for t in selected)))
                    if request.kind != BACKFILL else None)
         for topic in selected:
-            with _TableLock(state, topic.table, run_id, request.kind, config.lock_timeout_seconds) as lock:
+            with TableLockHolder(state, topic.table, run_id, request.kind, config.lock_timeout_seconds) as lock:
                 audits += _load_table(config, spark, request, run_id, topic, state.guarded(lock.check),
                                       warehouse, consumer, offsets)
     finally:
@@ -195,7 +195,7 @@ def _task_error(exc: Exception) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
-class _TableLock:
+class TableLockHolder:
     """Holds the table lock for a ``with`` block and refreshes its heartbeat meanwhile.
 
     :meth:`check` raises TableLockedError once the lock is lost (seen by a heartbeat, or
@@ -207,7 +207,7 @@ class _TableLock:
         self._stop = threading.Event()
         self.lost: TableLockedError | None = None
 
-    def __enter__(self) -> "_TableLock":
+    def __enter__(self) -> "TableLockHolder":
         self.lock = self.state.acquire_lock(self.table, self.run_id, self.kind, self.timeout_s)
         self._thread = threading.Thread(target=self._beat, name=f"lock-{self.table}", daemon=True)
         self._thread.start()

@@ -87,3 +87,20 @@ def register_catalog(settings: DagSettings) -> list[str]:
         spark.stop()
     return [f"{r.qualified_name} at {r.location}: {'created, ' if r.created else ''}"
             f"{len(r.added_partitions)} new partitions" for r in registrations]
+
+
+def compact(config_path: str) -> str | None:
+    """The DAG's compact task: compact every table per the ``compaction:`` section.
+
+    Returns the report (see ``pylog compact``), or None when ``compaction.after_load`` is
+    false (the task is then skipped). Raises TableLockedError when a run kept a table
+    locked longer than ``compaction.lock_wait_seconds``.
+    """
+    from pylog.etl.compact import compact_tables, format_compactions
+
+    config = load_config(config_path)
+    if not config.compaction.after_load:
+        return None
+    report = format_compactions(compact_tables(config, older_than_s=config.compaction.older_than_seconds))
+    log.info("compaction:\n%s", report)
+    return report

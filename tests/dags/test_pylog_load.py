@@ -67,7 +67,7 @@ def test_the_dag_run_succeeds_task_by_task(loaded):
     run = loaded.run
     assert run.state == "success", run.output[-5000:]
     assert run.task_states == {"plan_loads": "success", "load[0]": "success", "audit": "success",
-                               "register_partitions": "success"}
+                               "register_partitions": "success", "compact": "success"}
     assert f"--run-id {run.run_id} --topics page_views" in run.output
     assert "pylog.page_views at file://" in run.output and "created, 6 new partitions" in run.output
 
