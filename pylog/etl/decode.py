@@ -149,9 +149,9 @@ def _read_json_lines(values: Sequence[bytes], schema: pa.Schema) -> pa.Table:
             # inside a string is invalid JSON anyway), so turning them into spaces is exact.
             joined = b"\n".join(v.replace(b"\n", b" ").replace(b"\r", b" ") for v in values)
         longest = max(len(v) for v in values)
-    block = max(_MIN_BLOCK, min(len(joined) + 1, 64 << 20))
-    if block < len(joined) + 1:
-        block = max(block, 2 * longest + 2)
+    # Blocks of about 1 MB are parsed in parallel by pyarrow's threads; a block must hold
+    # at least one whole line.
+    block = max(_MIN_BLOCK, 2 * longest + 2)
     return pajson.read_json(
         pa.py_buffer(joined),
         read_options=pajson.ReadOptions(use_threads=True, block_size=block),

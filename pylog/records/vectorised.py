@@ -7,7 +7,8 @@ the batches of a fetch are decompressed and put end to end in one buffer, then:
    on the length before it, so this walk is the one sequential part): in a small C
    extension (``pylog/records/_speedups.c``, built by ``pip install``), or, without it
    or with ``PYLOG_RECORDS_SPEEDUPS=0``, one short Python step per record.
-2. Every other field is decoded for all records at once: a varint at known positions is
+2. Every other field is decoded for all records at once -- by the C extension's
+   ``record_fields`` when it is there (one pass, the same checks), else with numpy: a varint at known positions is
    a gather of a few bytes per record, its size is the first byte with the high bit
    clear, and its value is the zigzag of the 7-bit groups. Each field's position is the
    previous one plus its size (and the key/value length), computed column-wise.
@@ -148,7 +149,20 @@ class DecodedSections:
         """``buffer`` is the sections end to end (``sections_size`` bytes), then :data:`PADDING`."""
         self.buffer = buffer
         padded = np.frombuffer(buffer, np.uint8)
-        start = np.asarray(starts, np.int64)
+        start = np.ascontiguousarray(starts, np.int64)
+        if native_walk():
+            try:
+                columns = np.frombuffer(_speedups.record_fields(
+                    buffer, start, np.ascontiguousarray(section_ends, np.int64), sections_size),
+                    np.int64).reshape(8, len(start))
+            except ValueError:
+                raise Unsupported from None
+            ts_delta, offset_delta, self.key_starts, self.key_lengths, \
+                self.value_starts, self.value_lengths, pos, record_end = columns
+            self.timestamps = _add_checked(record_base_timestamps, ts_delta)
+            self.offsets = _add_checked(record_base_offsets, offset_delta)
+            self.headers = self._headers(padded, pos, record_end)
+            return
         length, size = _varints(padded, start)
         body = start + size
         record_end = body + length
