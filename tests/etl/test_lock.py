@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from pylog.etl.errors import TableLockedError
-from pylog.etl.job import _TableLock
+from pylog.etl.job import TableLockHolder
 from pylog.etl.model import OffsetsSnapshot
 from pylog.etl.state import StateStore
 from tests.etl.test_state import Clock
@@ -94,7 +94,7 @@ def test_a_holder_whose_lock_was_broken_can_neither_commit_nor_release_it(tmp_pa
 def test_the_driver_stops_when_its_heartbeat_finds_the_lock_lost(tmp_path):
     clock = Clock()
     state = StateStore(tmp_path.as_uri(), clock=clock)
-    with _TableLock(state, "tbl", "run-1", "scheduled", timeout_s=1) as held:
+    with TableLockHolder(state, "tbl", "run-1", "scheduled", timeout_s=1) as held:
         held.check()  # still ours
         thief = StateStore(tmp_path.as_uri(), clock=lambda: clock.now + 10)
         thief.acquire_lock("tbl", "run-2", "scheduled", timeout_s=1)
