@@ -45,6 +45,9 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_TOPICS: (0, 6),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (3, 4),
     ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.FIND_COORDINATOR: (0, 4),
+    ApiKey.OFFSET_COMMIT: (2, 8),
+    ApiKey.OFFSET_FETCH: (1, 8),
 }
 
 

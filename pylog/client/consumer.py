@@ -63,6 +63,11 @@ class SimpleConsumer:
         self._fetcher = FetchRequester(self._network, self._retry, self._isolation)
         self._lister = OffsetLister(self._network, self._retry, self._isolation)
 
+    @property
+    def network(self) -> NetworkClient:
+        """Connections and metadata, for requests this class has no method for."""
+        return self._network
+
     def _retry(self, action):
         return with_retries(action, network=self._network, retries=self._retries,
                             backoff_s=self._backoff_s, sleep=self._sleep)

@@ -109,6 +109,11 @@ class NetworkClient:
                 failures.append(str(exc))
         raise NetworkExceptionError("no broker reachable: " + "; ".join(failures))
 
+    def request_at(self, host: str, port: int, api_key: int,
+                   body: dict[str, Any] | Callable[[int], dict]) -> dict[str, Any]:
+        """One request to the broker at ``host:port`` (a group's coordinator, say)."""
+        return self._request(self.connection(host, port), api_key, body)
+
     def request_to(self, broker_id: int, api_key: int,
                    body: dict[str, Any] | Callable[[int], dict]) -> dict[str, Any]:
         try:

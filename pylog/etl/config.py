@@ -104,6 +104,16 @@ class TopicConfig:
     row_group_mb: float = 32.0
     """Rows are buffered per table partition up to about this much Arrow memory, then
     written as one row group: what bounds a task's memory, whatever its range."""
+    consumer_group: str | bool = True
+    """After each scheduled commit, the committed offsets are also committed to this
+    consumer group (True: ``pylog-loader.<table>``; False: not published), for lag tools."""
+
+    @property
+    def progress_group(self) -> str | None:
+        """The consumer group the loader publishes its offsets to, or None."""
+        if self.consumer_group is True:
+            return f"pylog-loader.{self.table}"
+        return self.consumer_group or None
 
     @property
     def quarantine_table(self) -> str:
@@ -250,7 +260,7 @@ def _parse_source(raw: dict) -> SourceConfig:
 _TOPIC_KEYS = {"table", "format", "schema", "event_time", "max_event_lateness_seconds",
                "partitioning", "new_partitions",
                "on_retention_gap", "max_bad_records", "max_bad_ratio", "max_records_per_task",
-               "target_file_mb", "row_group_mb"}
+               "target_file_mb", "row_group_mb", "consumer_group"}
 
 
 def _parse_topic(name: str, raw: dict) -> TopicConfig:
@@ -283,7 +293,16 @@ def _parse_topic(name: str, raw: dict) -> TopicConfig:
                                          f"{key}.max_records_per_task", minimum=1, integer=True)),
         target_file_mb=float(_number(raw.get("target_file_mb", 128), f"{key}.target_file_mb",
                                      minimum=0.01)),
-        row_group_mb=float(_number(raw.get("row_group_mb", 32), f"{key}.row_group_mb", minimum=0.01)))
+        row_group_mb=float(_number(raw.get("row_group_mb", 32), f"{key}.row_group_mb", minimum=0.01)),
+        consumer_group=_parse_group(raw.get("consumer_group", True), f"{key}.consumer_group"))
+
+
+def _parse_group(raw: Any, key: str) -> str | bool:
+    if isinstance(raw, bool):
+        return raw
+    if not isinstance(raw, str) or not raw.strip() or len(raw) > 249:
+        raise ConfigError(key, f"{raw!r} is not a consumer group name (or true / false)")
+    return raw
 
 
 def _parse_schema(raw: Any, fmt: str, key: str) -> tuple[tuple[str, str], ...]:

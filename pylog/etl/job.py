@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from pylog.client import SimpleConsumer
+from pylog.client.group_offsets import commit_group_offsets
+from pylog.errors import PylogError
 from pylog.etl import faults
 from pylog.etl.commit import commit
 from pylog.etl.config import LoaderConfig, TopicConfig
@@ -93,9 +95,32 @@ def run_load(config: LoaderConfig, spark, request: LoadRequest) -> list[AuditEnt
             with TableLockHolder(state, topic.table, run_id, request.kind, config.lock_timeout_seconds) as lock:
                 audits += _load_table(config, spark, request, run_id, topic, state.guarded(lock.check),
                                       warehouse, consumer, offsets)
+            if request.kind != BACKFILL:
+                publish_progress(topic, state, consumer)
     finally:
         consumer.close()
     return audits
+
+
+def publish_progress(topic: TopicConfig, state: StateStore, consumer: SimpleConsumer) -> bool:
+    """Commit the table's committed offsets to its consumer group (``consumer_group``), so
+    the lag tools every Kafka shop runs see the loader. The state store stays the only
+    source of truth: a failure is a warning, never a failed load, and the next run
+    publishes again. Returns whether the offsets were published."""
+    group = topic.progress_group
+    snapshot = state.offsets_snapshot(topic.table)
+    if group is None or snapshot is None or not snapshot.offsets:
+        return False
+    try:
+        commit_group_offsets(consumer.network, group, topic.topic, snapshot.offsets,
+                             metadata=f"pylog-loader run {snapshot.run_id}")
+    except (PylogError, OSError) as exc:
+        log.warning("table %s: committed offsets not published to consumer group %s: %s "
+                    "(the loader's own offsets are unaffected; the next run publishes again)",
+                    topic.table, group, exc)
+        return False
+    log.info("table %s: committed offsets published to consumer group %s", topic.table, group)
+    return True
 
 
 def _load_table(config, spark, request, run_id, topic, state, warehouse, consumer,
