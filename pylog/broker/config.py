@@ -18,6 +18,8 @@ from urllib.parse import urlsplit
 
 from pylog.errors import ConfigError
 from pylog.log import LogConfig
+from pylog.log.cleaner_manager import CleanerConfig
+from pylog.log.config import parse_cleanup_policy
 
 HOUR_MS = 3600 * 1000
 
@@ -34,6 +36,13 @@ def _bool(key: str, raw: str) -> bool:
     if value not in ("true", "false"):
         raise ConfigError(key, f"expected true or false, got {raw!r}")
     return value == "true"
+
+
+def _float(key: str, raw: str) -> float:
+    try:
+        return float(raw.strip())
+    except ValueError:
+        raise ConfigError(key, f"expected a number, got {raw!r}") from None
 
 
 def _str(key: str, raw: str) -> str:
@@ -68,6 +77,16 @@ _SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
     "log.flush.scheduler.interval.ms": (_int, 1000, "how often time-based flushes are checked"),
     "log.flush.expose.unflushed": (_bool, True, "false: consumers see only fsynced messages"),
     "message.max.bytes": (_int, 1048588, "largest record batch accepted"),
+    "log.cleanup.policy": (parse_cleanup_policy, "delete",
+                           "delete, compact or compact,delete (topics' cleanup.policy)"),
+    "log.cleaner.enable": (_bool, True, "run the cleaner threads that compact logs"),
+    "log.cleaner.threads": (_int, 1, "threads compacting logs"),
+    "log.cleaner.dedupe.buffer.size": (_int, 128 * 1024 * 1024,
+                                       "memory for the cleaners' key maps, all threads"),
+    "log.cleaner.backoff.ms": (_int, 15000, "cleaner's sleep when no log needs cleaning"),
+    "log.cleaner.min.cleanable.ratio": (_float, 0.5, "min.cleanable.dirty.ratio of topics"),
+    "log.cleaner.min.compaction.lag.ms": (_int, 0, "min.compaction.lag.ms of topics"),
+    "log.cleaner.delete.retention.ms": (_int, 24 * HOUR_MS, "delete.retention.ms of topics"),
     "socket.request.max.bytes": (_int, 104857600, "largest request; bigger closes the connection"),
     "socket.send.buffer.bytes": (_int, 102400, "SO_SNDBUF (-1: OS default)"),
     "socket.receive.buffer.bytes": (_int, 102400, "SO_RCVBUF (-1: OS default)"),
@@ -171,6 +190,7 @@ class BrokerConfig:
         if not self.log_dirs:
             raise ConfigError("log.dirs", "no directory given")
         self.log_config  # checks log settings
+        self.cleaner_config
 
     def _parse_listener(self, key: str) -> Listener:
         text = self[key]
@@ -245,6 +265,13 @@ class BrokerConfig:
             "min.insync.replicas": ("min_insync_replicas", self["min.insync.replicas"]),
             "unclean.leader.election.enable": ("unclean_leader_election",
                                                self["unclean.leader.election.enable"]),
+            "log.cleanup.policy": ("cleanup_policy", self["log.cleanup.policy"]),
+            "log.cleaner.min.cleanable.ratio": ("min_cleanable_dirty_ratio",
+                                                self["log.cleaner.min.cleanable.ratio"]),
+            "log.cleaner.min.compaction.lag.ms": ("min_compaction_lag_ms",
+                                                  self["log.cleaner.min.compaction.lag.ms"]),
+            "log.cleaner.delete.retention.ms": ("delete_retention_ms",
+                                                self["log.cleaner.delete.retention.ms"]),
         }
         try:
             return LogConfig(**{field: value for field, value in settings.values()})
@@ -252,6 +279,19 @@ class BrokerConfig:
             # Report the broker key, not the LogConfig field.
             key = next((k for k, (f, _) in settings.items() if f == exc.key), exc.key)
             raise ConfigError(key, exc.problem) from None
+
+    @property
+    def cleaner_config(self) -> CleanerConfig:
+        """The log cleaner's threads, memory and backoff (``log.cleaner.*``)."""
+        try:
+            return CleanerConfig(**{field: self[key] for field, key in _CLEANER_KEYS.items()})
+        except ConfigError as exc:
+            raise ConfigError(_CLEANER_KEYS.get(exc.key, exc.key), exc.problem) from None
+
+
+_CLEANER_KEYS = {"enabled": "log.cleaner.enable", "threads": "log.cleaner.threads",
+                 "dedupe_buffer_size": "log.cleaner.dedupe.buffer.size",
+                 "backoff_ms": "log.cleaner.backoff.ms"}
 
 
 def parse_properties(text: str) -> dict[str, str]:

@@ -114,7 +114,8 @@ class Broker:
         advertised = config.advertised
         port = advertised.port or self.address[1]
         endpoint = BrokerEndpoint(config["broker.id"], advertised.host, port, config["broker.rack"])
-        self.manager = LogManager(config.log_dirs, config.log_config)
+        self.manager = LogManager(config.log_dirs, config.log_config,
+                                  cleaner_config=config.cleaner_config)
         self.manager.load()
         self.manager.start(flush_check_ms=config["log.flush.scheduler.interval.ms"],
                            retention_check_ms=config["log.retention.check.interval.ms"],

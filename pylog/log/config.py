@@ -1,5 +1,5 @@
-"""Per-partition log configuration: how segments roll, when data is flushed and deleted,
-and the topic configs replication reads (``min.insync.replicas``, unclean election).
+"""Per-partition log configuration: how segments roll, when data is flushed, deleted or
+compacted, and the topic configs replication reads (``min.insync.replicas``, unclean election).
 
 Field names follow Kafka's topic configs (``segment.bytes`` -> ``segment_bytes``);
 :meth:`LogConfig.with_overrides` accepts the Kafka spelling, so topic configs from
@@ -53,6 +53,15 @@ class LogConfig:
     """With acks=all, refuse a produce while fewer replicas than this are in sync."""
     unclean_leader_election: bool = False
     """Let a replica outside the in-sync set become leader (may lose committed records)."""
+    cleanup_policy: str = "delete"
+    """``delete`` (retention by time and size), ``compact`` (the cleaner keeps the last record
+    of each key) or ``compact,delete`` (both)."""
+    min_cleanable_dirty_ratio: float = 0.5
+    """Clean a compacted log once its uncleaned bytes are at least this share of the log."""
+    min_compaction_lag_ms: int = 0
+    """Records younger than this (ms, by segment's newest timestamp) are not compacted yet."""
+    delete_retention_ms: int = DAY_MS
+    """A compacted log keeps a tombstone (null value) this long (ms) after its timestamp."""
 
     def __post_init__(self) -> None:
         _check_range("segment_bytes", self.segment_bytes, 128, MAX_SEGMENT_BYTES)
@@ -65,9 +74,29 @@ class LogConfig:
         _check_optional("retention_bytes", self.retention_bytes, 0)
         _check_range("max_batch_size", self.max_batch_size, 61, None)
         _check_range("min_insync_replicas", self.min_insync_replicas, 1, None)
+        if self.cleanup_policy not in CLEANUP_POLICIES:
+            raise ConfigError("cleanup_policy", f"expected delete, compact or compact,delete, "
+                                                f"got {self.cleanup_policy!r}")
+        if (isinstance(self.min_cleanable_dirty_ratio, bool)
+                or not isinstance(self.min_cleanable_dirty_ratio, (int, float))
+                or not 0 <= self.min_cleanable_dirty_ratio <= 1):
+            raise ConfigError("min_cleanable_dirty_ratio",
+                              f"must be between 0 and 1, got {self.min_cleanable_dirty_ratio!r}")
+        _check_range("min_compaction_lag_ms", self.min_compaction_lag_ms, 0, None)
+        _check_range("delete_retention_ms", self.delete_retention_ms, 0, None)
         for key in _BOOLEANS:
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(key, f"expected true or false, got {getattr(self, key)!r}")
+
+    @property
+    def compact(self) -> bool:
+        """The cleaner compacts this log (``cleanup.policy`` has ``compact``)."""
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        """Retention deletes by time and size (``cleanup.policy`` has ``delete``)."""
+        return "delete" in self.cleanup_policy
 
     def with_overrides(self, overrides: Mapping[str, object]) -> "LogConfig":
         """Return a copy with Kafka topic configs applied (``{"retention.ms": "3600000"}``).
@@ -103,13 +132,26 @@ _KAFKA_NAMES = {
     "expose.unflushed": "expose_unflushed",
     "min.insync.replicas": "min_insync_replicas",
     "unclean.leader.election.enable": "unclean_leader_election",
+    "cleanup.policy": "cleanup_policy",
+    "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
+    "min.compaction.lag.ms": "min_compaction_lag_ms",
+    "delete.retention.ms": "delete_retention_ms",
 }
+# Normalised spellings; Kafka accepts the list in either order (and with spaces).
+CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
 _FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(LogConfig)}
 _OPTIONAL = {"flush_messages", "flush_ms", "retention_ms", "retention_bytes"}
 _BOOLEANS = ("expose_unflushed", "unclean_leader_election")
 
 
 def _parse_value(key: str, field: str, raw: object) -> object:
+    if field == "cleanup_policy":
+        return parse_cleanup_policy(key, raw)
+    if field == "min_cleanable_dirty_ratio":
+        try:
+            return float(str(raw).strip())
+        except ValueError:
+            raise ConfigError(key, f"expected a number, got {raw!r}") from None
     if field in _BOOLEANS:
         if isinstance(raw, bool):
             return raw
@@ -139,3 +181,12 @@ def _check_range(key: str, value: object, low: int, high: int | None) -> None:
 def _check_optional(key: str, value: object, low: int) -> None:
     if value is not None:
         _check_range(key, value, low, None)
+
+
+def parse_cleanup_policy(key: str, raw: object) -> str:
+    """``"compact, delete"`` -> ``"compact,delete"``; ConfigError naming ``key`` otherwise."""
+    parts = sorted({part.strip().lower() for part in str(raw).split(",") if part.strip()})
+    policy = ",".join(parts)
+    if policy not in CLEANUP_POLICIES:
+        raise ConfigError(key, f"expected delete, compact or compact,delete, got {raw!r}")
+    return policy

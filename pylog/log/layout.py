@@ -8,11 +8,15 @@
       recovery-point-offset-checkpoint       see checkpoint.py
       log-start-offset-checkpoint            see checkpoint.py
       replication-offset-checkpoint          replicated high watermarks, see checkpoint.py
+      cleaner-offset-checkpoint              where each compacted log's dirty part starts (cleaner)
       <topic>-<partition>/                   one directory per partition (topic may contain '-')
         leader-epoch-checkpoint              first offset of each leader epoch (leader_epoch.py)
         00000000000000368769.log             record batches; the name is the segment's base offset
         00000000000000368769.index           offset index (offset_index.py)
         00000000000000368769.timeindex       time index (time_index.py)
+        00000000000000368769.log.cleaned     a cleaned segment being written (and its indexes)
+        00000000000000368769.log.swap        a cleaned segment ready to replace its originals
+                                             (swap.py: recovery completes or discards these)
 """
 
 from __future__ import annotations
@@ -26,12 +30,15 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 TEMP_SUFFIX = ".tmp"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
 
 LOCK_FILE = ".lock"
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"  # in each partition dir
 
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.(log|index|timeindex)$")

@@ -6,6 +6,9 @@ re-validated batch by batch (length, CRC, contiguous offsets) and its indexes re
 the log is cut at the first invalid batch and any later segments are deleted. A segment
 whose index is missing or corrupt is recovered the same way whatever the shutdown was.
 
+A crash in the middle of swapping cleaned segments in (compacted topics) is completed or
+undone first, as :mod:`pylog.log.swap` describes.
+
 The leader epoch cache is read from ``leader-epoch-checkpoint``; when that file is missing
 or unreadable it is rebuilt from the batch headers (:func:`load_leader_epochs`).
 """
@@ -24,6 +27,7 @@ from pylog.log.config import MAX_SEGMENT_BYTES, LogConfig
 from pylog.log.index import CorruptIndexError
 from pylog.log.leader_epoch import LeaderEpochCache, epochs_from_headers, read_epoch_checkpoint
 from pylog.log.segment import LogSegment
+from pylog.log.swap import recover_swaps
 from pylog.records.header import BatchHeader
 
 log = logging.getLogger(__name__)
@@ -65,6 +69,7 @@ def load_segments(directory: Path, config: LogConfig, now_ms: int, *, recovery_p
                   had_clean_shutdown: bool, log_start_offset: int) -> LoadedSegments:
     """Open every segment in ``directory`` (creating the first if there is none)."""
     directory.mkdir(parents=True, exist_ok=True)
+    recover_swaps(directory)
     bases = _segment_bases(directory)
     recover_from = len(bases) if had_clean_shutdown else max(0, bisect.bisect_right(bases, recovery_point) - 1)
     segments: list[LogSegment] = []

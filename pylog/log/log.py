@@ -15,6 +15,10 @@ Replication: a leader appends with its leader epoch, stamped into each batch's
 (:meth:`Log.append_as_follower`). Both record where each epoch starts in the leader epoch
 cache (:mod:`pylog.log.leader_epoch`), which truncation and retention keep in step with
 the log. A replica manager above caps what readers see with :meth:`Log.set_high_watermark`.
+
+Compaction (:mod:`pylog.log.cleaner`) reads a :meth:`Log.cleaner_view` of the inactive
+segments without the lock and swaps each cleaned segment in with
+:meth:`Log.replace_segments`, under the lock, as :mod:`pylog.log.swap` describes.
 """
 
 from __future__ import annotations
@@ -26,13 +30,16 @@ import shutil
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
-from pylog.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from pylog.errors import CorruptRecordError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from pylog.log import swap
 from pylog.log.checkpoint import fsync_directory
+from pylog.log.cleaner import CleanerView, SegmentsChangedError, SegmentSnapshot
 from pylog.log.config import LogConfig
+from pylog.log.index import CorruptIndexError
 from pylog.log.leader_epoch import EpochEntry, LeaderEpochCache
-from pylog.log.loader import load_leader_epochs, load_segments
+from pylog.log.loader import RECOVERY_MAX_BATCH, load_leader_epochs, load_segments
 from pylog.log.results import AppendInfo, FileRegion, ReadResult
 from pylog.log.retention import count_deletable
 from pylog.log.segment import LogSegment
@@ -540,6 +547,50 @@ class Log:
         self._recovery_point = offset
         self._epochs.clear()
         self._clamp_replicated_hw()
+
+    # -- compaction -----------------------------------------------------------------------
+
+    def cleaner_view(self) -> CleanerView:
+        """The inactive segments and the offsets the cleaner works within (see CleanerView)."""
+        with self._lock:
+            self._check_open()
+            snapshots = [SegmentSnapshot(s, os.dup(s.records.fd), s.size, s.base_offset,
+                                         s.next_offset, s.largest_timestamp)
+                         for s in self._segments[:-1]]
+            return CleanerView(snapshots, self.active_segment.base_offset, self._log_start_offset,
+                               self._replicated_hw, self._truncations, self.config)
+
+    def replace_segments(self, old: Sequence[LogSegment], truncations: int) -> LogSegment:
+        """Swap in the cleaned segment written (and fsynced) as ``<base>.*.cleaned`` for the
+        consecutive inactive segments ``old`` (``base`` is the first one's base offset; the
+        cleaned one ends where the last one ends). Raises SegmentsChangedError, leaving the
+        cleaned files for the caller to discard, if ``old`` are no longer in the log or it
+        was truncated since ``truncations`` was read (:attr:`CleanerView.truncations`)."""
+        base = old[0].base_offset
+        with self._lock:
+            self._check_open()
+            first = next((i for i, s in enumerate(self._segments) if s is old[0]), None)
+            if (self._truncations != truncations or first is None
+                    or first + len(old) >= len(self._segments)
+                    or any(a is not b for a, b in zip(self._segments[first:], old))):
+                raise SegmentsChangedError(f"{self.directory}: segments from {base} changed "
+                                           "while they were cleaned")
+            created_ms = old[-1].created_ms
+            swap.cleaned_to_swap(self.directory, base)
+            for segment in old:
+                segment.delete()
+            swap.swap_to_final(self.directory, base)
+            new = LogSegment.open(self.directory, base, self.config, created_ms=created_ms, active=False)
+            try:
+                new.load()
+            except (CorruptIndexError, CorruptRecordError) as exc:
+                log.warning("%s: rebuilding the indexes of cleaned segment %d (%s)",
+                            self.directory, base, exc)
+                new.recover(RECOVERY_MAX_BATCH)
+            new.seal()
+            self._segments[first:first + len(old)] = [new]
+            self._bases[first:first + len(old)] = [base]
+            return new
 
     # -- lifecycle ------------------------------------------------------------------------
 

@@ -11,6 +11,10 @@ are recovered from their recovery points.
 one. On load it is handed to the log as ``restored_high_watermark``, not applied: the
 replica manager above decides. Until it does, the restored value is written back, so a
 crash meanwhile does not lose it.
+
+Logs whose ``cleanup.policy`` has ``compact`` are compacted by the cleaner threads
+(:mod:`pylog.log.cleaner_manager`), which :meth:`LogManager.start` starts too; their
+progress is in each dir's ``cleaner-offset-checkpoint``.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Callable, Iterable
 from pylog.errors import ConfigError, InvalidTopicError, KafkaStorageError
 from pylog.log import layout
 from pylog.log.checkpoint import OffsetCheckpointFile, fsync_directory
+from pylog.log.cleaner_manager import CleanerConfig, LogCleaner, LogEntry
 from pylog.log.config import LogConfig
 from pylog.log.log import Log, LogClosedError
 from pylog.types import TopicPartition
@@ -51,10 +56,12 @@ class LogManager:
 
     Raises KafkaStorageError if a log dir is locked by another process, InvalidTopicError
     for a topic name Kafka would refuse, ConfigError for an empty ``log_dirs``.
+    ``cleaner_config`` sets the cleaner threads of compacted logs (default: one thread).
     """
 
     def __init__(self, log_dirs: Iterable[Path], default_config: LogConfig,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 cleaner_config: CleanerConfig | None = None) -> None:
         self.log_dirs = [Path(d) for d in log_dirs]
         if not self.log_dirs:
             raise ConfigError("log_dirs", "at least one log dir is needed")
@@ -69,6 +76,7 @@ class LogManager:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self.cleaner = LogCleaner(cleaner_config or CleanerConfig(), self._log_entries, clock)
 
     # -- loading --------------------------------------------------------------------------
 
@@ -111,6 +119,7 @@ class LogManager:
                     self._logs[tp] = opened
                     self._dir_of[tp] = log_dir
                 loaded.append(tp)
+            self.cleaner.load_checkpoint(log_dir)
             log.info("%s: loaded %d logs after a%s shutdown", log_dir, len(loaded),
                      " clean" if clean else "n unclean")
             self._write_checkpoints(log_dir)
@@ -166,6 +175,7 @@ class LogManager:
             log_dir = self._dir_of.pop(tp, None)
         if removed is None:
             return False
+        self.cleaner.forget(tp)
         removed.delete()
         self._write_checkpoints(log_dir)
         return True
@@ -192,6 +202,10 @@ class LogManager:
             self._write_all_checkpoints()
         return flushed
 
+    def _log_entries(self) -> list[LogEntry]:
+        with self._lock:
+            return [LogEntry(tp, self._dir_of[tp], lg) for tp, lg in self._logs.items()]
+
     def _each_log(self, task: Callable[[Log], int]) -> int:
         """Sum ``task`` over every log; one log failing does not stop the others."""
         total = 0
@@ -209,10 +223,11 @@ class LogManager:
         """Start a background thread that flushes (by ``flush_ms``) every ``flush_check_ms``,
         applies retention every ``retention_check_ms`` and writes the checkpoints (the
         replicated high watermarks among them, as Kafka's
-        ``replica.high.watermark.checkpoint.interval.ms``) every ``checkpoint_ms``.
-        :meth:`close` stops it."""
+        ``replica.high.watermark.checkpoint.interval.ms``) every ``checkpoint_ms``; and
+        the cleaner threads. :meth:`close` stops them."""
         if self._thread is not None:
             return
+        self.cleaner.start()
         self._stop.clear()
         self._thread = threading.Thread(
             target=self._run, args=(flush_check_ms, retention_check_ms, checkpoint_ms),
@@ -240,7 +255,8 @@ class LogManager:
                                 - time.monotonic()))
 
     def stop(self) -> None:
-        """Stop the background thread (if running) and wait for it."""
+        """Stop the background threads (if running) and wait for them."""
+        self.cleaner.stop()
         self._stop.set()
         if self._thread is not None:
             self._thread.join()

@@ -3,7 +3,9 @@
 A segment goes when it lies wholly below the log start offset, when its newest record
 is older than ``retention_ms``, or while the log without it is still at least
 ``retention_bytes``. Time is checked first, then size, as in Kafka. A replicated log keeps
-every segment not wholly below its high watermark.
+every segment not wholly below its high watermark. A compacted log without ``delete``
+in its ``cleanup.policy`` keeps its segments whatever their age and size (the cleaner
+shrinks them instead); ``compact,delete`` does both.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ def count_deletable(segments: Sequence[LogSegment], config: LogConfig, log_start
     count = 0
     while count < len(candidates) and candidates[count].next_offset <= log_start_offset:
         count += 1
+    if not config.delete:
+        return count
     if config.retention_ms is not None:
         while count < len(candidates) and now_ms - candidates[count].largest_timestamp > config.retention_ms:
             count += 1

@@ -2,7 +2,12 @@
 
 The records are one or more back-to-back v2 batches, from a producer (the log assigns
 their offsets) or from the leader (a follower keeps the leader's offsets). Only headers
-are read and each batch's CRC-32C checked; the records inside stay opaque (and compressed).
+are read and each batch's CRC-32C checked; the records inside stay opaque (and compressed),
+except in a compacted topic, where a producer's records are decoded to refuse a null key
+(INVALID_RECORD, as Kafka does: the cleaner could not keep such a record).
+
+A follower takes the leader's batches as they are in its log, compacted ones included:
+those may hold fewer records than their offset range (see :mod:`pylog.records.filtering`).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from pylog.errors import (
     RecordListTooLargeError,
 )
 from pylog.log.config import LogConfig
+from pylog.records.filtering import scan_records
 from pylog.records.header import BatchHeader, iter_batch_headers
 
 
@@ -31,6 +37,8 @@ def validate_append(view: memoryview, config: LogConfig, *,
     ``segment_bytes``), a CorruptRecordError subclass (framing, magic, CRC, offsets
     or counts), or MessageTooLargeError (a batch over ``max_batch_size``, unless
     ``check_batch_size`` is off: a follower takes what its leader accepted, as in Kafka).
+    Off, it also accepts compacted batches (fewer records than offsets, or none). With it
+    on, a compacted topic's record with a null key raises InvalidRecordError.
     """
     if len(view) == 0:
         raise InvalidRecordError("the records are empty: expected at least one record batch")
@@ -43,6 +51,13 @@ def validate_append(view: memoryview, config: LogConfig, *,
             raise MessageTooLargeError(
                 f"batch at position {position} is {header.size} bytes, "
                 f"more than the limit of {config.max_batch_size}")
+        if not check_batch_size:
+            if header.last_offset_delta < 0 or not 0 <= header.records_count <= header.last_offset_delta + 1:
+                raise CorruptRecordError(
+                    f"batch at position {position}: lastOffsetDelta {header.last_offset_delta}, "
+                    f"recordsCount {header.records_count}")
+            batches.append((position, header))
+            continue
         if header.last_offset_delta < 0 or header.records_count <= 0:
             raise CorruptRecordError(
                 f"batch at position {position}: lastOffsetDelta {header.last_offset_delta}, "
@@ -52,8 +67,17 @@ def validate_append(view: memoryview, config: LogConfig, *,
             raise CorruptRecordError(
                 f"batch at position {position}: recordsCount {header.records_count} does "
                 f"not match lastOffsetDelta {header.last_offset_delta} + 1")
+        if config.compact and not header.is_control:
+            _check_keys(view, position, header)
         batches.append((position, header))
     return batches
+
+
+def _check_keys(view: memoryview, position: int, header: BatchHeader) -> None:
+    if any(key is None for key in scan_records(view, position, header).keys):
+        raise InvalidRecordError(
+            f"batch at position {position} has a record with a null key; a compacted topic "
+            "needs a key on every record")
 
 
 def check_follower_offsets(batches: list[tuple[int, BatchHeader]], log_end_offset: int) -> None:

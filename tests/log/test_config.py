@@ -38,8 +38,11 @@ def test_kafka_topic_configs_override():
                                       "retention_bytes": "100"})
     assert cfg.retention_ms is None and cfg.segment_bytes == 1 << 20 and cfg.flush_messages == 1
     assert cfg.expose_unflushed is False and cfg.retention_bytes == 100
-    with pytest.raises(ConfigError, match="^cleanup.policy: not a log config"):
-        LogConfig().with_overrides({"cleanup.policy": "compact"})
+    with pytest.raises(ConfigError, match="^cleanup.polcy: not a log config"):
+        LogConfig().with_overrides({"cleanup.polcy": "compact"})
+    assert LogConfig().with_overrides({"cleanup.policy": "compact,delete"}) != LogConfig()
+    with pytest.raises(ConfigError, match="^cleanup.policy"):
+        LogConfig().with_overrides({"cleanup.policy": "shred"})
     with pytest.raises(ConfigError, match="^retention.ms: expected an integer"):
         LogConfig().with_overrides({"retention.ms": "soon"})
     with pytest.raises(ConfigError, match="^segment.bytes: must be between"):
