@@ -60,11 +60,12 @@ from pylog.etl import faults
 from pylog.etl.compact_swap import (CompactionJournal, CompactionJournals, PartitionCompaction, cleanup,
                                     data_names, drop_orphans, replay)
 from pylog.etl.config import LoaderConfig, TopicConfig
-from pylog.etl.errors import TableLockedError
 from pylog.etl.fs import ArrowStorage, Storage
 from pylog.etl.job import TableLockHolder  # the loads' lock holder: heartbeats, check(), release
 from pylog.etl.layout import DAY_MS, HOUR_MS, partition_dirs, range_of_file, staging_root, table_root
 from pylog.etl.state import StateStore
+from pylog.etl.writer import MB
+from pylog.warehouse.tables import read_footer
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,6 @@ PREFIX = "compacted-"
 LARGE_SHARE = 0.75
 """A file holding at least this share of ``target_file_mb`` is compacted already."""
 SORT_KEYS = [("_partition", "ascending"), ("_offset", "ascending")]
-MB = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,8 +125,9 @@ def compact_table(config: LoaderConfig, topic: TopicConfig, state: StateStore, w
     """Finish the table's crashed compactions, then compact its partitions (see the module)."""
     started = time.monotonic()
     journals = CompactionJournals(state.storage, topic.table)
-    with _WaitingLock(state, topic.table, config.lock_timeout_seconds,
-                      config.compaction.lock_wait_seconds) as lock:
+    with TableLockHolder(state, topic.table, LOCK_RUN_ID, KIND, config.lock_timeout_seconds,
+                         wait_s=config.compaction.lock_wait_seconds,
+                         wait_key="compaction.lock_wait_seconds") as lock:
         done, notes = [], []
         for journal in journals.pending():
             log.warning("table %s: finishing compaction %s", topic.table, journal.compaction_id)
@@ -217,7 +218,7 @@ def _stage_partition(warehouse: Storage, topic: TopicConfig, compaction_id: str,
     small = [(n, s) for n, s in files if range_of_file(n) not in protected and s < LARGE_SHARE * target]
     if len(small) < 2:
         return None
-    footers = {name: _read_footer(warehouse, warehouse.child(live, name)) for name, _ in small}
+    footers = {name: read_footer(warehouse, warehouse.child(live, name)) for name, _ in small}
     schema = footers[small[0][0]].schema.to_arrow_schema()
     if any(not f.schema.to_arrow_schema().equals(schema, check_metadata=False) for f in footers.values()):
         notes.append(f"{table} {'/'.join(parts)}: files with different schemas; left alone")
@@ -322,11 +323,6 @@ def _open_parquet(warehouse: Storage, path: str,
         yield pq.ParquetFile(handle, metadata=footer)
 
 
-def _read_footer(warehouse: Storage, path: str) -> pq.FileMetaData:
-    with _open_parquet(warehouse, path) as source:
-        return source.metadata
-
-
 def _first_key(footer: pq.FileMetaData) -> tuple:
     """The smallest (_partition, _offset) from the footer's statistics, for the file order."""
     key = []
@@ -351,35 +347,6 @@ def _carry(warehouse: Storage, src: str, dst: str) -> None:
     else:
         warehouse.write_atomic(dst, warehouse.read_bytes(src))
 
-
-# -- the lock -----------------------------------------------------------------------------
-
-class _WaitingLock(TableLockHolder):
-    """The loads' table lock (heartbeats included), waiting up to ``wait_s`` for a holder."""
-
-    def __init__(self, state: StateStore, table: str, timeout_s: float, wait_s: float,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
-        super().__init__(state, table, LOCK_RUN_ID, KIND, timeout_s)
-        self.wait_s, self._sleep = wait_s, sleep
-        self.waited_s = 0.0
-
-    def __enter__(self) -> "_WaitingLock":
-        started = time.monotonic()
-        deadline = started + self.wait_s
-        while True:
-            try:
-                super().__enter__()
-                self.waited_s = time.monotonic() - started
-                return self
-            except TableLockedError as exc:
-                if time.monotonic() >= deadline:
-                    raise TableLockedError(f"{exc} (compaction waited {self.wait_s:.0f}s: "
-                                           f"compaction.lock_wait_seconds)") from None
-                log.info("table %s: waiting for the lock: %s", self.table, exc)
-                self._sleep(min(1.0, max(deadline - time.monotonic(), 0.05)))
-
-
-# -- partitions ---------------------------------------------------------------------------
 
 def _partition_start_ms(parts: tuple[str, ...]) -> int | None:
     """Start of the partition's hour (or day); None for a directory the loader did not name."""

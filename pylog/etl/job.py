@@ -22,6 +22,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Callable
 
 from pylog.client import SimpleConsumer
 from pylog.client.group_offsets import commit_group_offsets
@@ -227,13 +228,32 @@ class TableLockHolder:
     by reading the lock file now); the driver calls it before every state write.
     """
 
-    def __init__(self, state: StateStore, table: str, run_id: str, kind: str, timeout_s: float) -> None:
+    def __init__(self, state: StateStore, table: str, run_id: str, kind: str, timeout_s: float,
+                 wait_s: float = 0.0, wait_key: str = "", sleep: Callable[[float], None] = time.sleep) -> None:
+        """``wait_s``: how long to wait for another run's lock before giving up (0: refuse at
+        once, as loads do); ``wait_key`` names the setting in the refusal."""
         self.state, self.table, self.run_id, self.kind, self.timeout_s = state, table, run_id, kind, timeout_s
+        self.wait_s, self.wait_key, self._sleep = wait_s, wait_key, sleep
+        self.waited_s = 0.0
         self._stop = threading.Event()
         self.lost: TableLockedError | None = None
 
     def __enter__(self) -> "TableLockHolder":
-        self.lock = self.state.acquire_lock(self.table, self.run_id, self.kind, self.timeout_s)
+        started = time.monotonic()
+        deadline = started + self.wait_s
+        while True:
+            try:
+                self.lock = self.state.acquire_lock(self.table, self.run_id, self.kind, self.timeout_s)
+                break
+            except TableLockedError as exc:
+                if not self.wait_s:
+                    raise
+                if time.monotonic() >= deadline:
+                    raise TableLockedError(f"{exc} ({self.kind} waited {self.wait_s:.0f}s: "
+                                           f"{self.wait_key})") from None
+                log.info("table %s: waiting for the lock: %s", self.table, exc)
+                self._sleep(min(1.0, max(deadline - time.monotonic(), 0.05)))
+        self.waited_s = time.monotonic() - started
         self._thread = threading.Thread(target=self._beat, name=f"lock-{self.table}", daemon=True)
         self._thread.start()
         return self
