@@ -245,3 +245,41 @@ LIST_GROUPS = Message(
         )),
     ),
 )
+
+DELETE_GROUPS = Message(
+    key=42, name='DeleteGroups', versions='0-2', flexible='2+',
+    request=(
+        F('groups_names', '[]string'),
+    ),
+    response=(
+        F('throttle_time_ms', 'int32'),
+        F('results', '[]', fields=(
+            F('group_id', 'string'),
+            F('error_code', 'int16'),
+        )),
+    ),
+)
+
+OFFSET_DELETE = Message(
+    key=47, name='OffsetDelete', versions='0', flexible='none',
+    request=(
+        F('group_id', 'string'),
+        F('topics', '[]', fields=(
+            F('name', 'string'),
+            F('partitions', '[]', fields=(
+                F('partition_index', 'int32'),
+            )),
+        )),
+    ),
+    response=(
+        F('error_code', 'int16'),
+        F('throttle_time_ms', 'int32'),
+        F('topics', '[]', fields=(
+            F('name', 'string'),
+            F('partitions', '[]', fields=(
+                F('partition_index', 'int32'),
+                F('error_code', 'int16'),
+            )),
+        )),
+    ),
+)
