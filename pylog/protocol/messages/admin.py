@@ -1,4 +1,8 @@
-"""Schemas of the admin APIs: CreateTopics, DeleteTopics, DescribeConfigs, SASL handshake, declared as data (see pylog.protocol.schema).
+"""Schemas of the admin APIs: CreateTopics, DeleteTopics, DescribeConfigs, AlterConfigs,
+IncrementalAlterConfigs, SASL handshake, declared as data (see pylog.protocol.schema).
+
+The numbers inside the config APIs (resource types, config sources, config types,
+incremental operations) are in :mod:`pylog.protocol.configs`.
 
 Field names, types and version ranges follow the Kafka protocol message specifications.
 """
@@ -101,6 +105,50 @@ DESCRIBE_CONFIGS = Message(
             )),
         )),
     ),
+)
+
+# The answer of both alter APIs: one error per resource.
+_ALTER_CONFIGS_RESPONSE = (
+    F('throttle_time_ms', 'int32'),
+    F('responses', '[]', fields=(
+        F('error_code', 'int16'),
+        F('error_message', 'string', nullable='0+', default=None),
+        F('resource_type', 'int8'),
+        F('resource_name', 'string'),
+    )),
+)
+
+ALTER_CONFIGS = Message(
+    key=33, name='AlterConfigs', versions='0-2', flexible='2+',
+    request=(
+        F('resources', '[]', fields=(
+            F('resource_type', 'int8'),
+            F('resource_name', 'string'),
+            F('configs', '[]', fields=(
+                F('name', 'string'),
+                F('value', 'string', nullable='0+'),
+            )),
+        )),
+        F('validate_only', 'bool', default=False),
+    ),
+    response=_ALTER_CONFIGS_RESPONSE,
+)
+
+INCREMENTAL_ALTER_CONFIGS = Message(
+    key=44, name='IncrementalAlterConfigs', versions='0-1', flexible='1+',
+    request=(
+        F('resources', '[]', fields=(
+            F('resource_type', 'int8'),
+            F('resource_name', 'string'),
+            F('configs', '[]', fields=(
+                F('name', 'string'),
+                F('config_operation', 'int8'),
+                F('value', 'string', nullable='0+'),
+            )),
+        )),
+        F('validate_only', 'bool', default=False),
+    ),
+    response=_ALTER_CONFIGS_RESPONSE,
 )
 
 SASL_HANDSHAKE = Message(
