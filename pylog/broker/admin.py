@@ -1,4 +1,4 @@
-"""Metadata, CreateTopics, DeleteTopics, InitProducerId and the group APIs' refusals.
+"""Metadata, CreateTopics, DeleteTopics, CreatePartitions and InitProducerId.
 
 Cluster state comes only from ``ClusterMetadata`` (standalone or ZooKeeper). Metadata
 auto-creates requested topics when ``auto.create.topics.enable`` is on and the client
@@ -14,12 +14,11 @@ import time
 from pylog.broker.config import BrokerConfig
 from pylog.broker.partitions import PartitionLogs
 from pylog.cluster.metadata import NO_LEADER, ClusterMetadata
-from pylog.cluster.placement import check_partition_growth, validate_topic_name
+from pylog.cluster.placement import INTERNAL_TOPICS, check_partition_growth, validate_topic_name
 from pylog.errors import (
     ConfigError, CoordinatorNotAvailableError, InvalidConfigError, InvalidPartitionsError, InvalidReplicaAssignmentError,
     InvalidTopicError, KafkaError, LeaderNotAvailableError, TopicAlreadyExistsError,
     TopicDeletionDisabledError, UnknownTopicIdError, UnknownTopicOrPartitionError)
-from pylog.protocol import MESSAGES
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +69,8 @@ class AdminHandlers:
         }
 
     def _topic_metadata(self, name: str, allow_create: bool) -> dict:
-        result = {"error_code": 0, "name": name, "is_internal": False, "partitions": [],
+        result = {"error_code": 0, "name": name, "is_internal": name in INTERNAL_TOPICS,
+                  "partitions": [],
                   "topic_authorized_operations": -2147483648}
         topic = self.metadata.topic(name)
         if topic is None:
@@ -204,13 +204,3 @@ class AdminHandlers:
                     "producer_id": -1, "producer_epoch": -1}
         return {"throttle_time_ms": 0, "error_code": 0,
                 "producer_id": next(self._producer_ids), "producer_epoch": 0}
-
-    def no_coordinator(self, api_key: int, version: int) -> dict:
-        """Any group API: there is no group coordinator (COORDINATOR_NOT_AVAILABLE)."""
-        body = MESSAGES[api_key].response_codec(version).default_value()
-        if "error_code" in body:
-            body["error_code"] = COORDINATOR_NOT_AVAILABLE
-        for key in ("node_id", "port"):
-            if key in body:
-                body[key] = -1
-        return body

@@ -24,6 +24,7 @@ from typing import Callable
 
 from pylog.broker.admin import AdminHandlers
 from pylog.broker.fetch import FetchWork, close_regions, handle_list_offsets, start_fetch
+from pylog.broker.groups import GROUP_APIS, GroupHandlers, GroupWork
 from pylog.broker.partitions import PartitionLogs
 from pylog.broker.produce import ProduceWork, handle_produce
 from pylog.broker.replication_handlers import handle_offset_for_leader_epoch
@@ -39,7 +40,17 @@ SERVED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.FETCH: (4, 12),
     ApiKey.LIST_OFFSETS: (1, 6),
     ApiKey.METADATA: (0, 12),
-    ApiKey.FIND_COORDINATOR: (0, 3),
+    ApiKey.FIND_COORDINATOR: (0, 4),
+    ApiKey.OFFSET_COMMIT: (0, 8),
+    ApiKey.OFFSET_FETCH: (0, 8),
+    ApiKey.JOIN_GROUP: (0, 9),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.LIST_GROUPS: (0, 5),
+    ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.API_VERSIONS: (0, 3),
     ApiKey.CREATE_TOPICS: (0, 5),
     ApiKey.DELETE_TOPICS: (0, 4),
@@ -47,11 +58,6 @@ SERVED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),
     ApiKey.CREATE_PARTITIONS: (0, 3),
 }
-# Group APIs are not advertised; a client that sends them anyway learns there is no
-# coordinator rather than losing its connection.
-GROUP_APIS = {ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT,
-              ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP, ApiKey.DESCRIBE_GROUPS,
-              ApiKey.LIST_GROUPS, ApiKey.FIND_COORDINATOR}
 UNSUPPORTED_VERSION = UnsupportedVersionError.errno
 
 
@@ -70,7 +76,7 @@ class Parked:
     """A request waiting (a Fetch for ``min_bytes``, a Produce for the ISR);
     ``deadline`` is on the dispatcher's clock."""
 
-    work: FetchWork | ProduceWork
+    work: FetchWork | ProduceWork | GroupWork
     api_version: int
     correlation_id: int
     api_key: int = ApiKey.FETCH
@@ -120,12 +126,15 @@ class Dispatcher:
     """Decodes requests, calls handlers, encodes responses. Shared by all processors."""
 
     def __init__(self, admin: AdminHandlers, logs: PartitionLogs,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 groups: GroupHandlers | None = None) -> None:
         self.admin = admin
         self.logs = logs
         self.clock = clock
+        self.groups = groups
 
-    def dispatch(self, payload) -> Reply | Parked | None:
+    def dispatch(self, payload, peer: str = "") -> Reply | Parked | None:
+        """Handle one request frame from the client at ``peer`` (host:port)."""
         try:
             api_key, version, correlation_id = peek_header(payload)
         except InvalidRequestError:
@@ -134,7 +143,7 @@ class Dispatcher:
             return self._api_versions_fallback(correlation_id)
         if api_key not in MESSAGES:
             raise CloseConnection(f"unknown api key {api_key}")
-        if not self._served(api_key, version) and api_key not in GROUP_APIS:
+        if not self._served(api_key, version):
             raise CloseConnection(f"unsupported version {version} of "
                                   f"{MESSAGES[api_key].name}")
         try:
@@ -145,13 +154,19 @@ class Dispatcher:
             raise CloseConnection(f"malformed {MESSAGES[api_key].name} v{version}: {error}") \
                 from None
         with _one_line_failures(api_key, version):
-            body = self._handle(api_key, version, request.body)
+            if api_key in GROUP_APIS and self.groups is not None:
+                body = self.groups.handle(api_key, version, request.body,
+                                          request.header.client_id, peer)
+            else:
+                body = self._handle(api_key, version, request.body)
             if body is None:
                 return None
             if isinstance(body, FetchWork):
                 return self._first_attempt(body, version, correlation_id)
             if isinstance(body, ProduceWork):
                 return Parked(body, version, correlation_id, ApiKey.PRODUCE)
+            if isinstance(body, GroupWork):
+                return Parked(body, version, correlation_id, api_key)
             return _reply(api_key, version, correlation_id, body)
 
     def _served(self, api_key: int, version: int) -> bool:
@@ -184,8 +199,6 @@ class Dispatcher:
             return self.admin.create_partitions(body, version)
         if api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
             return handle_offset_for_leader_epoch(body, version, self.logs)
-        if api_key in GROUP_APIS:
-            return self.admin.no_coordinator(api_key, version)
         raise CloseConnection(f"{MESSAGES[api_key].name} is not served")
 
     def _api_versions_fallback(self, correlation_id: int) -> Reply:

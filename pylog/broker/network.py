@@ -241,7 +241,7 @@ class Processor(threading.Thread):
                     break
                 payload = inbound[position + 4:position + 4 + size]  # one copy
                 position += 4 + size
-                outcome = self.dispatcher.dispatch(payload)
+                outcome = self.dispatcher.dispatch(payload, conn.address)
                 if isinstance(outcome, Reply):
                     conn.queue(outcome)
                 elif isinstance(outcome, Parked):

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 
 from pylog.broker.partitions import PartitionLogs
 from pylog.broker.replica import Role
-from pylog.cluster.placement import validate_topic_name
+from pylog.cluster.placement import INTERNAL_TOPICS, validate_topic_name
 from pylog.errors import (
-    CorruptMessageError, InvalidRequiredAcksError, KafkaError, NotEnoughReplicasAfterAppendError,
+    CorruptMessageError, InvalidRequiredAcksError, InvalidTopicError, KafkaError, NotEnoughReplicasAfterAppendError,
     NotLeaderOrFollowerError, RequestTimedOutError, UnsupportedVersionError)
 from pylog.types import TopicPartition
 
@@ -134,6 +134,8 @@ def _produce_partition(topic: str, partition_data: dict, version: int, acks: int
         if acks not in (0, 1, -1):
             raise InvalidRequiredAcksError(f"acks must be 0, 1 or -1, got {acks}")
         validate_topic_name(topic)
+        if topic in INTERNAL_TOPICS:
+            raise InvalidTopicError(f"{topic} is an internal topic: only the brokers write it")
         records = partition_data["records"]
         if records is None:
             raise CorruptMessageError("the records of a produce request may not be null")

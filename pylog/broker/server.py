@@ -22,12 +22,14 @@ from pylog.broker.admin import AdminHandlers
 from pylog.broker.budget import RequestBudget
 from pylog.broker.config import BrokerConfig
 from pylog.broker.dispatch import Dispatcher
+from pylog.broker.groups import GroupHandlers
 from pylog.broker.meta import ensure_meta
 from pylog.broker.network import Acceptor, Processor
 from pylog.broker.partitions import AppendWaiters, PartitionLogs
 from pylog.broker.replica_manager import ReplicaManager
 from pylog.cluster.metadata import ClusterMetadata
 from pylog.cluster.standalone import StandaloneMetadata
+from pylog.coordinator.coordinator import GroupCoordinator
 from pylog.errors import ConfigError
 from pylog.log import LogManager
 from pylog.types import BrokerEndpoint
@@ -71,6 +73,7 @@ class Broker:
         self.metadata: ClusterMetadata | None = None
         self.manager: LogManager | None = None
         self.replicas: ReplicaManager | None = None
+        self.coordinator: GroupCoordinator | None = None
         self._server: socket.socket | None = None
         self._processors: list[Processor] = []
         self._acceptor: Acceptor | None = None
@@ -134,7 +137,10 @@ class Broker:
             logs.replicas = self.replicas
             self.metadata.add_listener(self.replicas.on_metadata_change)
             self.replicas.start()
-        dispatcher = Dispatcher(AdminHandlers(config, self.metadata, logs), logs, self.clock)
+        self.coordinator = GroupCoordinator(config, self.metadata, logs, waiters,
+                                            self.clock).start()
+        dispatcher = Dispatcher(AdminHandlers(config, self.metadata, logs), logs, self.clock,
+                                GroupHandlers(self.coordinator, self.clock))
         budget = RequestBudget(config["queued.max.request.bytes"])
         self._processors = [
             Processor(i, dispatcher, config["socket.request.max.bytes"], waiters.add,
@@ -192,6 +198,9 @@ class Broker:
                     self.config["controlled.shutdown.timeout.ms"])
 
     def _close_storage(self) -> None:
+        if self.coordinator is not None:
+            self.coordinator.stop()
+            self.coordinator = None
         if self.replicas is not None:
             self.replicas.stop()
             self.replicas = None

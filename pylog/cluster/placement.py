@@ -17,6 +17,10 @@ MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
+# Topics the brokers write themselves; clients may read them but not produce to them.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
+
+
 def validate_topic_name(name: str) -> None:
     """Raise InvalidTopicError unless ``name`` is a legal Kafka topic name."""
     if not name or name in (".", ".."):

@@ -223,8 +223,10 @@ def test_create_and_delete_topics(wire):
     assert meta["topics"][0]["error_code"] == UNKNOWN_TOPIC
 
 
-def test_group_apis_say_there_is_no_coordinator(wire):
+def test_a_standalone_broker_coordinates_every_group_and_no_transactions(broker, wire):
     body = wire.call(ApiKey.FIND_COORDINATOR, 2, {"key": "g", "key_type": 0})
+    assert body["error_code"] == 0 and (body["host"], body["port"]) == (broker.host, broker.port)
+    body = wire.call(ApiKey.FIND_COORDINATOR, 2, {"key": "t", "key_type": 1})
     assert body["error_code"] == 15 and body["node_id"] == -1
 
 

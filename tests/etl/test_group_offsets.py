@@ -1,19 +1,19 @@
 """The loader publishes its committed offsets to a consumer group, for Kafka's lag tools.
 
-Against librdkafka's mock cluster (which serves groups) stock clients read the group's
-offsets; against a source with no group coordinator the load still commits, with a warning.
+Against librdkafka's mock cluster and a pylog broker stock clients read the group's
+offsets; when the coordinator refuses the commit the load still commits, with a warning.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 import confluent_kafka
 from confluent_kafka import TopicPartition
 
 from pylog.client import SimpleConsumer
-from pylog.client.group_offsets import commit_group_offsets, fetch_group_offsets
-from pylog.errors import CoordinatorNotAvailableError
+from pylog.client.group_offsets import fetch_group_offsets
 from pylog.etl.job import LoadRequest, run_load
 from pylog.etl.state import StateStore
 from pylog.testing.broker import BrokerProcess
@@ -62,20 +62,36 @@ def test_a_named_group_or_none(spark, mock_cluster, tmp_path):
                .values()) == {confluent_kafka.OFFSET_INVALID}
 
 
-def test_without_a_group_coordinator_the_load_commits_and_warns(spark, tmp_path, caplog):
-    """pylog brokers do not coordinate groups yet: COORDINATOR_NOT_AVAILABLE is a warning."""
-    with BrokerProcess(tmp_path / "broker", {"num.partitions": 2}) as broker:
+def test_a_pylog_broker_serves_the_loaders_group_and_a_busy_group_costs_only_a_warning(
+        spark, tmp_path, caplog):
+    """The coordinator refuses a commit from outside a group that has live members
+    (UNKNOWN_MEMBER_ID): the load still commits, and says so in a warning."""
+    settings = {"num.partitions": 2, "group.initial.rebalance.delay.ms": 0,
+                "offsets.topic.num.partitions": 3}
+    with BrokerProcess(tmp_path / "broker", settings) as broker:
         produce(broker.bootstrap, "ev", events(0, 20), 2)
         config = write_config(tmp_path, broker.bootstrap)
-        with caplog.at_level(logging.WARNING, logger="pylog.etl.job"):
-            audits = run_load(config, spark, LoadRequest(run_id="r1"))
+        audits = run_load(config, spark, LoadRequest(run_id="r1"))
         assert audits[0].rows_written == 20
-        assert StateStore(config.state).committed_offsets("ev") == {0: 10, 1: 10}
+        assert group_offsets_seen_by_librdkafka(broker.bootstrap, "pylog-loader.ev", "ev", 2) == \
+            {0: 10, 1: 10}
+
+        member = confluent_kafka.Consumer({
+            "bootstrap.servers": broker.bootstrap, "group.id": "pylog-loader.ev",
+            "enable.auto.commit": False, "session.timeout.ms": 6000, "log_level": 3})
+        try:
+            member.subscribe(["ev"])
+            deadline = time.monotonic() + 30
+            while not member.assignment() and time.monotonic() < deadline:
+                member.poll(0.2)
+            assert member.assignment(), "the member never got its partitions"
+            produce(broker.bootstrap, "ev", events(20, 10), 2)
+            with caplog.at_level(logging.WARNING, logger="pylog.etl.job"):
+                audits = run_load(config, spark, LoadRequest(run_id="r2"))
+        finally:
+            member.close()
+        assert audits[0].rows_written == 10
+        assert StateStore(config.state).committed_offsets("ev") == {0: 15, 1: 15}
         assert "not published to consumer group pylog-loader.ev" in caplog.text
-        with SimpleConsumer(broker.bootstrap) as consumer:
-            try:
-                commit_group_offsets(consumer.network, "g", "ev", {0: 1}, attempts=1)
-            except CoordinatorNotAvailableError as exc:
-                assert "find coordinator" in str(exc)
-            else:
-                raise AssertionError("a broker without groups accepted a commit")
+        assert group_offsets_seen_by_librdkafka(broker.bootstrap, "pylog-loader.ev", "ev", 2) == \
+            {0: 10, 1: 10}

@@ -1,0 +1,327 @@
+"""The group coordinator: owns the groups of the ``__consumer_offsets`` partitions this
+broker leads, loads them from the log, persists their changes and runs their timers.
+
+Every broker is a coordinator, as in Kafka. The coordinator of a group is the leader of
+partition ``partition_for(group, N)``. When this broker becomes leader of such a
+partition (or at start, standalone) the timer thread reads the partition back and
+rebuilds its groups and offsets; requests for them get COORDINATOR_LOAD_IN_PROGRESS
+meanwhile. When leadership moves away the groups are dropped, and their waiting
+requests answered NOT_COORDINATOR, so clients go to the new leader, which loads the
+same records.
+
+The protocol logic lives in ``membership`` (JoinGroup, SyncGroup, Heartbeat,
+LeaveGroup) and ``offsets`` (OffsetCommit, OffsetFetch, deletion, expiry); this module
+gives them the group table, the lock, the clock and ``persist``. One lock guards all
+groups: handlers run on the network threads and hold it for microseconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from typing import Callable
+
+from pylog.broker.config import BrokerConfig
+from pylog.broker.partitions import AppendWaiters, PartitionLogs
+from pylog.cluster.metadata import NO_LEADER, ClusterMetadata
+from pylog.coordinator.group import Group, GroupState, Member
+from pylog.coordinator.records import (
+    GroupKey, OffsetKey, decode_group_value, decode_key, decode_offset_value, partition_for)
+from pylog.coordinator.store import (
+    OFFSETS_TOPIC, AppendTicket, CoordinatorNotAvailableError, NotCoordinatorError,
+    OffsetsTopicStore, offsets_tp)
+from pylog.errors import KafkaError, TopicAlreadyExistsError
+
+log = logging.getLogger(__name__)
+
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+TICK_S = 0.05
+
+
+class GroupCoordinator:
+    """Groups of this broker's ``__consumer_offsets`` partitions (see the module doc).
+
+    ``clock`` gives monotonic seconds for timeouts, ``wall_ms`` epoch milliseconds for
+    what is written (commit timestamps) and for offset retention; both can be injected.
+    """
+
+    def __init__(self, config: BrokerConfig, metadata: ClusterMetadata, logs: PartitionLogs,
+                 waiters: AppendWaiters, clock: Callable[[], float] = time.monotonic,
+                 wall_ms: Callable[[], int] | None = None) -> None:
+        from pylog.coordinator.membership import Membership
+        from pylog.coordinator.offsets import OffsetManager
+
+        self.config = config
+        self.metadata = metadata
+        self.waiters = waiters
+        self.clock = clock
+        self.wall_ms = wall_ms or (lambda: int(time.time() * 1000))
+        self.store = OffsetsTopicStore(logs, metadata, config["offsets.commit.timeout.ms"],
+                                       config["offsets.load.buffer.size"], clock)
+        self.lock = threading.RLock()
+        self.groups: dict[str, Group] = {}
+        self._loaded: dict[int, int] = {}  # partition -> leader epoch it was loaded in
+        self._loading: set[int] = set()
+        self._appends: list[tuple[AppendTicket, Callable]] = []
+        self._to_wake: set[int] = set()
+        self._stopping = threading.Event()
+        self._kick = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._next_expiry = 0.0
+        self.membership = Membership(self)
+        self.offsets = OffsetManager(self)
+
+    # -- life cycle ---------------------------------------------------------------------
+
+    def start(self) -> "GroupCoordinator":
+        self._thread = threading.Thread(target=self._run, name="pylog-group-coordinator",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._kick.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        with self.lock:
+            for partition in list(self._loaded):
+                self._unload(partition)
+        self._flush_wakes()
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            self._kick.wait(TICK_S)
+            self._kick.clear()
+            try:
+                self._follow_leadership()
+                with self.lock:
+                    self.drain_appends()
+                    self.membership.tick(self.clock())
+                    if self.clock() >= self._next_expiry:
+                        self._next_expiry = (self.clock()
+                                             + self.config["offsets.retention.check.interval.ms"]
+                                             / 1000)
+                        self.offsets.expire(self.wall_ms())
+            except Exception:  # noqa: BLE001 -- the timer thread must survive a bad round
+                log.exception("group coordinator round failed")
+            self._flush_wakes()
+
+    # -- the offsets topic and who coordinates what -------------------------------------
+
+    def num_partitions(self) -> int:
+        return self.store.num_partitions() or self.config["offsets.topic.num.partitions"]
+
+    def partition_of(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions())
+
+    def ensure_offsets_topic(self) -> bool:
+        """Create ``__consumer_offsets`` on first use; False if it cannot exist yet."""
+        if self.metadata.topic(OFFSETS_TOPIC) is not None:
+            return True
+        live = len(self.metadata.brokers())
+        if live == 0:
+            return False
+        replication = max(1, min(self.config["offsets.topic.replication.factor"], live))
+        configs = {"cleanup.policy": "compact",
+                   "segment.bytes": str(self.config["offsets.topic.segment.bytes"])}
+        try:
+            self.metadata.create_topic(OFFSETS_TOPIC, self.config["offsets.topic.num.partitions"],
+                                       replication, configs)
+            log.info("created %s with %d partitions, replication factor %d", OFFSETS_TOPIC,
+                     self.config["offsets.topic.num.partitions"], replication)
+        except TopicAlreadyExistsError:
+            pass
+        except KafkaError as error:
+            log.warning("could not create %s: %s", OFFSETS_TOPIC, error)
+            return False
+        self._kick.set()
+        return True
+
+    def coordinator_of(self, group_id: str):
+        """The live broker leading the group's partition, or None."""
+        if not self.ensure_offsets_topic():
+            return None
+        topic = self.metadata.topic(OFFSETS_TOPIC)
+        state = None if topic is None else topic.partitions.get(self.partition_of(group_id))
+        if state is None or state.leader == NO_LEADER:
+            return None
+        return next((b for b in self.metadata.brokers() if b.broker_id == state.leader), None)
+
+    def lookup(self, group_id: str, create: bool = False) -> tuple[Group | None, int]:
+        """The group (None if unknown) and 0, or None and the error that says why this
+        broker cannot answer for it. Call with the lock held."""
+        if self.store.num_partitions() is None:
+            return None, COORDINATOR_NOT_AVAILABLE
+        partition = self.partition_of(group_id)
+        if partition in self._loading:
+            return None, COORDINATOR_LOAD_IN_PROGRESS
+        if partition not in self._loaded:
+            if partition in self.store.led_partitions():
+                self._kick.set()
+                return None, COORDINATOR_LOAD_IN_PROGRESS
+            return None, NOT_COORDINATOR
+        group = self.groups.get(group_id)
+        if group is None and create:
+            group = Group(group_id, partition, state_timestamp_ms=self.wall_ms())
+            self.groups[group_id] = group
+        return group, 0
+
+    def owned_groups(self) -> list[Group]:
+        return [g for g in self.groups.values() if g.partition in self._loaded]
+
+    def _follow_leadership(self) -> None:
+        led = self.store.led_partitions()
+        with self.lock:
+            gone = [p for p, epoch in self._loaded.items() if led.get(p) != epoch]
+            for partition in gone:
+                self._unload(partition)
+            todo = [(p, e) for p, e in led.items() if p not in self._loaded]
+            self._loading.update(p for p, _ in todo)
+        for partition, epoch in todo:
+            try:
+                self._load(partition, epoch)
+            except Exception:  # noqa: BLE001 -- leave it unloaded; the next round retries
+                log.exception("loading groups of %s failed", offsets_tp(partition))
+            finally:
+                with self.lock:
+                    self._loading.discard(partition)
+
+    def _load(self, partition: int, epoch: int) -> None:
+        started = self.clock()
+        offsets: dict[str, dict] = defaultdict(dict)
+        values: dict[str, object] = {}
+        count = 0
+        for record in self.store.read_partition(partition):
+            count += 1
+            if record.key is None:
+                continue
+            try:
+                key = decode_key(record.key)
+                if isinstance(key, OffsetKey):
+                    slot = (key.topic, key.partition)
+                    if record.value is None:
+                        offsets[key.group].pop(slot, None)
+                    else:
+                        offsets[key.group][slot] = decode_offset_value(record.value)
+                elif isinstance(key, GroupKey):
+                    values[key.group] = (None if record.value is None
+                                         else decode_group_value(record.value))
+            except KafkaError as error:
+                log.warning("%s offset %d: skipping a record that does not decode: %s",
+                            offsets_tp(partition), record.offset, error)
+        now = self.clock()
+        with self.lock:
+            for group_id in set(offsets) | set(values):
+                value = values.get(group_id)
+                if value is None and not offsets.get(group_id):
+                    continue
+                group = self._restore(group_id, partition, value, now)
+                group.offsets = dict(offsets.get(group_id, {}))
+                self.groups[group_id] = group
+            self._loaded[partition] = epoch
+        log.info("loaded %s (leader epoch %d): %d records, %d groups, in %.3f s",
+                 offsets_tp(partition), epoch, count,
+                 sum(1 for g in self.groups.values() if g.partition == partition),
+                 self.clock() - started)
+
+    def _restore(self, group_id: str, partition: int, value, now: float) -> Group:
+        group = Group(group_id, partition)
+        if value is None:
+            group.state_timestamp_ms = self.wall_ms()
+            return group
+        group.protocol_type = value.protocol_type or None
+        group.generation = value.generation
+        group.protocol_name = value.protocol
+        group.leader_id = value.leader
+        group.state_timestamp_ms = value.current_state_timestamp
+        for m in value.members:
+            member = Member(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                            m.rebalance_timeout if m.rebalance_timeout > 0 else m.session_timeout,
+                            m.session_timeout, value.protocol_type,
+                            [(value.protocol or "", m.subscription)], last_heard=now,
+                            assignment=m.assignment)
+            group.members[m.member_id] = member
+            if m.group_instance_id:
+                group.static_members[m.group_instance_id] = m.member_id
+        group.state = GroupState.STABLE if group.members else GroupState.EMPTY
+        return group
+
+    def _unload(self, partition: int) -> None:
+        for group_id, group in list(self.groups.items()):
+            if group.partition != partition:
+                continue
+            for member in group.members.values():
+                self.membership.answer_waiting(member, NOT_COORDINATOR)
+            group.state = GroupState.DEAD
+            del self.groups[group_id]
+        self._loaded.pop(partition, None)
+        self._to_wake.add(partition)
+        log.info("unloaded the groups of %s", offsets_tp(partition))
+
+    # -- persistence ----------------------------------------------------------------------
+
+    def persist(self, partition: int, records: list[tuple[bytes, bytes | None]],
+                on_done: Callable[[int], None]) -> None:
+        """Append records to the group's partition; ``on_done(error_code)`` runs (with the
+        lock held) once the in-sync replicas have them, or with the error."""
+        try:
+            ticket = self.store.append(partition, records, self.wall_ms())
+        except KafkaError as error:
+            on_done(_coordinator_error(error))
+            self._to_wake.add(partition)
+            return
+        self._appends.append((ticket, on_done))
+        self.drain_appends()
+
+    def drain_appends(self) -> None:
+        """Finish the appends whose outcome is known. Call with the lock held."""
+        if not self._appends:
+            return
+        now = self.clock()
+        waiting = []
+        for ticket, on_done in self._appends:
+            outcome = ticket.outcome(now)
+            if outcome is False:
+                waiting.append((ticket, on_done))
+                continue
+            on_done(0 if outcome is None else _coordinator_error(outcome))
+            self._to_wake.add(ticket.partition)
+        self._appends = waiting
+
+    def poll(self) -> None:
+        """Called by parked requests when woken: finish what can be finished."""
+        with self.lock:
+            self.drain_appends()
+        self._flush_wakes()
+
+    def wake(self, partition: int) -> None:
+        self._to_wake.add(partition)
+
+    def _flush_wakes(self) -> None:
+        with self.lock:
+            partitions, self._to_wake = self._to_wake, set()
+        for partition in partitions:
+            self.waiters.notify(offsets_tp(partition))
+
+    def run_locked(self, action: Callable):
+        """Run ``action()`` under the lock, then wake the requests it completed."""
+        with self.lock:
+            result = action()
+        self._flush_wakes()
+        return result
+
+
+def _coordinator_error(error: KafkaError) -> int:
+    """What a group client is told about a failed write (Kafka's mapping)."""
+    if isinstance(error, (NotCoordinatorError, CoordinatorNotAvailableError)):
+        return error.errno
+    if error.errno in (6, 3):  # NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION
+        return NOT_COORDINATOR
+    if error.errno in (19, 20, 7):  # NOT_ENOUGH_REPLICAS(_AFTER_APPEND), REQUEST_TIMED_OUT
+        return COORDINATOR_NOT_AVAILABLE
+    return error.errno

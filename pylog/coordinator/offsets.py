@@ -1,0 +1,236 @@
+"""Committed offsets and group administration: OffsetCommit, OffsetFetch, OffsetDelete,
+DeleteGroups, ListGroups, DescribeGroups, and the expiry of old offsets.
+
+A commit is answered, and becomes visible to OffsetFetch, only once the in-sync replicas
+of the group's ``__consumer_offsets`` partition have it, so a coordinator failover never
+loses an acknowledged commit. Commits from outside the group's membership (generation
+-1, no member id) are accepted only while the group has no members, as Kafka does for
+tools that keep their own progress.
+
+Offsets expire ``offsets.retention.minutes`` after the group became empty (for groups
+that use the consumer protocol) or after their commit (for groups that only store
+offsets); expired offsets and deleted groups are written as tombstones, which
+compaction later removes.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pylog.coordinator.group import Group, GroupState, Pending
+from pylog.coordinator.records import OffsetValue, group_key, offset_key, offset_value
+
+log = logging.getLogger(__name__)
+
+NONE = 0
+UNKNOWN_TOPIC_OR_PARTITION = 3
+OFFSET_METADATA_TOO_LARGE = 12
+COORDINATOR_NOT_AVAILABLE = 15
+ILLEGAL_GENERATION = 22
+INVALID_GROUP_ID = 24
+UNKNOWN_MEMBER_ID = 25
+REBALANCE_IN_PROGRESS = 27
+FENCED_INSTANCE_ID = 82
+NON_EMPTY_GROUP = 68
+GROUP_ID_NOT_FOUND = 69
+GROUP_SUBSCRIBED_TO_TOPIC = 86
+NO_OFFSET = -1
+
+
+class OffsetManager:
+    def __init__(self, coordinator) -> None:
+        self.coordinator = coordinator
+        self.metadata_max_bytes = coordinator.config["offset.metadata.max.bytes"]
+        self.retention_ms = coordinator.config["offsets.retention.minutes"] * 60_000
+
+    # -- OffsetCommit -----------------------------------------------------------------------
+
+    def commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
+               offsets: dict[tuple[str, int], tuple[int, int, str | None]]) -> dict | Pending:
+        """``offsets``: (topic, partition) -> (offset, leader epoch, metadata). Returns
+        {(topic, partition): error} or a Pending of it."""
+        if not group_id:
+            return dict.fromkeys(offsets, INVALID_GROUP_ID)
+        group, error = self.coordinator.lookup(group_id, create=generation < 0)
+        if error:
+            return dict.fromkeys(offsets, error)
+        if group is None:
+            return dict.fromkeys(offsets, ILLEGAL_GENERATION)
+        error = self._commit_allowed(group, generation, member_id, instance_id)
+        if error:
+            return dict.fromkeys(offsets, error)
+        results: dict[tuple[str, int], int] = {}
+        values: dict[tuple[str, int], OffsetValue] = {}
+        now_ms = self.coordinator.wall_ms()
+        metadata_view = self.coordinator.metadata
+        for (topic, partition), (offset, epoch, metadata) in offsets.items():
+            topic_meta = metadata_view.topic(topic)
+            if topic_meta is None or partition not in topic_meta.partitions:
+                results[(topic, partition)] = UNKNOWN_TOPIC_OR_PARTITION
+            elif metadata is not None and len(metadata.encode()) > self.metadata_max_bytes:
+                results[(topic, partition)] = OFFSET_METADATA_TOO_LARGE
+            else:
+                values[(topic, partition)] = OffsetValue(offset, epoch, metadata or "", now_ms)
+        if not values:
+            return results
+        pending = Pending()
+
+        def stored(error: int) -> None:
+            if error == NONE and group.state is not GroupState.DEAD:
+                group.offsets.update(values)
+            results.update(dict.fromkeys(values, error))
+            pending.complete(results)
+
+        records = [(offset_key(group_id, t, p), offset_value(v)) for (t, p), v in values.items()]
+        self.coordinator.persist(group.partition, records, stored)
+        return pending
+
+    def _commit_allowed(self, group: Group, generation: int, member_id: str,
+                        instance_id: str | None) -> int:
+        if group.state is GroupState.DEAD:
+            return COORDINATOR_NOT_AVAILABLE
+        if instance_id is not None:
+            known = group.static_members.get(instance_id)
+            if known is not None and known != member_id:
+                return FENCED_INSTANCE_ID
+        if generation < 0 and group.state is GroupState.EMPTY:
+            return NONE  # a tool keeping its offsets here, not a member
+        member = group.members.get(member_id)
+        if member is None:
+            return UNKNOWN_MEMBER_ID
+        if generation != group.generation:
+            return ILLEGAL_GENERATION
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            return REBALANCE_IN_PROGRESS
+        # Stable, or PreparingRebalance: members commit before giving partitions up.
+        member.last_heard = self.coordinator.clock()
+        return NONE
+
+    # -- OffsetFetch ------------------------------------------------------------------------
+
+    def fetch(self, group_id: str, wanted: list[tuple[str, list[int]]] | None) \
+            -> tuple[int, dict[tuple[str, int], tuple[OffsetValue | None, int]]]:
+        """(error, {(topic, partition): (committed value or None, partition error)});
+        ``wanted`` None means every partition with a committed offset."""
+        group, error = self.coordinator.lookup(group_id)
+        if error:
+            return error, {}
+        committed = {} if group is None else group.offsets
+        if wanted is None:
+            return NONE, {key: (value, NONE) for key, value in sorted(committed.items())}
+        found = {}
+        for topic, partitions in wanted:
+            for partition in partitions:
+                found[(topic, partition)] = (committed.get((topic, partition)), NONE)
+        return NONE, found
+
+    # -- deletion -----------------------------------------------------------------------------
+
+    def delete_group(self, group_id: str) -> int | Pending:
+        group, error = self.coordinator.lookup(group_id)
+        if error:
+            return error
+        if group is None or group.state is GroupState.DEAD:
+            return GROUP_ID_NOT_FOUND
+        if group.state is not GroupState.EMPTY:
+            return NON_EMPTY_GROUP
+        pending = Pending()
+        group.transition(GroupState.DEAD, self.coordinator.wall_ms())
+        records = [(offset_key(group_id, t, p), None) for t, p in group.offsets]
+        records.append((group_key(group_id), None))
+
+        def stored(error: int) -> None:
+            if error == NONE:
+                if self.coordinator.groups.get(group_id) is group:
+                    del self.coordinator.groups[group_id]
+                log.info("deleted group %s", group_id)
+            else:
+                group.state = GroupState.EMPTY
+            pending.complete({"error_code": error})
+
+        self.coordinator.persist(group.partition, records, stored)
+        return pending
+
+    def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) \
+            -> tuple[int, dict[tuple[str, int], int]] | Pending:
+        group, error = self.coordinator.lookup(group_id)
+        if error:
+            return error, {}
+        if group is None or group.state is GroupState.DEAD:
+            return GROUP_ID_NOT_FOUND, {}
+        subscribed = set() if group.state is GroupState.EMPTY else group.subscribed_topics()
+        if subscribed is None:  # members of another protocol: no deletion while active
+            return NON_EMPTY_GROUP, {}
+        results = {}
+        doomed = []
+        for topic, partition in partitions:
+            if topic in subscribed:
+                results[(topic, partition)] = GROUP_SUBSCRIBED_TO_TOPIC
+            else:
+                results[(topic, partition)] = NONE
+                if (topic, partition) in group.offsets:
+                    doomed.append((topic, partition))
+        if not doomed:
+            return NONE, results
+        pending = Pending()
+
+        def stored(error: int) -> None:
+            if error == NONE:
+                for key in doomed:
+                    group.offsets.pop(key, None)
+                pending.complete({"error_code": NONE, "results": results})
+            else:
+                pending.complete({"error_code": error, "results": {}})
+
+        self.coordinator.persist(group.partition,
+                                 [(offset_key(group_id, t, p), None) for t, p in doomed], stored)
+        return pending
+
+    def expire(self, now_ms: int) -> None:
+        """Write tombstones for offsets past retention; drop groups left with nothing."""
+        for group in self.coordinator.owned_groups():
+            if group.state is not GroupState.EMPTY:
+                continue
+            if group.protocol_type:  # a consumer group: retention counts from emptiness
+                expired = (list(group.offsets)
+                           if now_ms >= group.state_timestamp_ms + self.retention_ms else [])
+            else:
+                expired = [key for key, value in group.offsets.items()
+                           if now_ms >= value.commit_timestamp + self.retention_ms]
+            if not expired:
+                continue
+            for key in expired:
+                del group.offsets[key]
+            records = [(offset_key(group.group_id, t, p), None) for t, p in expired]
+            if not group.offsets:
+                records.append((group_key(group.group_id), None))
+                group.transition(GroupState.DEAD, now_ms)
+                del self.coordinator.groups[group.group_id]
+            log.info("group %s: %d committed offsets expired", group.group_id, len(expired))
+            self.coordinator.persist(group.partition, records, lambda error: None)
+
+    # -- ListGroups and DescribeGroups -------------------------------------------------------------
+
+    def list_groups(self, states: set[str]) -> list[dict]:
+        wanted = {s.lower() for s in states}
+        return [{"group_id": g.group_id, "protocol_type": g.protocol_type or "",
+                 "group_state": g.state.value, "group_type": "classic"}
+                for g in sorted(self.coordinator.owned_groups(), key=lambda g: g.group_id)
+                if not wanted or g.state.value.lower() in wanted]
+
+    def describe(self, group_id: str) -> dict:
+        group, error = self.coordinator.lookup(group_id)
+        body = {"error_code": error, "group_id": group_id, "group_state": "Dead",
+                "protocol_type": "", "protocol_data": "", "members": []}
+        if error or group is None:
+            return body
+        stable = group.state is GroupState.STABLE
+        body.update(group_state=group.state.value, protocol_type=group.protocol_type or "",
+                    protocol_data=(group.protocol_name or "") if stable else "")
+        body["members"] = [{
+            "member_id": m.member_id, "group_instance_id": m.group_instance_id,
+            "client_id": m.client_id, "client_host": m.client_host,
+            "member_metadata": m.metadata_for(group.protocol_name) if stable else b"",
+            "member_assignment": m.assignment if stable else b""}
+            for m in group.members.values()]
+        return body
