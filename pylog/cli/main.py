@@ -30,6 +30,7 @@ SUBCOMMANDS = (
     "produce",
     "consume",
     "offsets",
+    "groups",
     "reassign",
     "leader_election",
     "replica_verification",
