@@ -220,12 +220,12 @@ def describe(admin: GroupsAdmin, group: str, args) -> int:
         description = admin.describe_group(group)
         check_exists(description)
         note_state(description)
+        members = sorted(description.members, key=lambda m: m.member_id)
         header = ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
-        rows = [[group, m.member_id, m.host, m.client_id, str(len(m.assignment))]
-                for m in sorted(description.members, key=lambda m: m.member_id)]
+        rows = [[group, m.member_id, m.host, m.client_id, str(len(m.assignment))] for m in members]
         if args.verbose:
             header.append("ASSIGNMENT")
-            for row, member in zip(rows, sorted(description.members, key=lambda m: m.member_id)):
+            for row, member in zip(rows, members):
                 row.append(assignment_text(member.assignment))
         if rows:
             print_table(header, rows)

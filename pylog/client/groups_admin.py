@@ -259,7 +259,8 @@ class GroupsAdmin:
         code = next(r["error_code"] for r in response["results"] if r["group_id"] == group)
         if not code:
             return None
-        error = KafkaError.for_code(code)(KafkaError.for_code(code).name)
+        cls = KafkaError.for_code(code)
+        error = cls(cls.name)
         if isinstance(error, RetriableError):
             raise error
         return error
