@@ -12,6 +12,7 @@ import logging
 import time
 
 from pylog.broker.config import BrokerConfig
+from pylog.broker.configs import ConfigHandlers
 from pylog.broker.partitions import PartitionLogs
 from pylog.cluster.metadata import NO_LEADER, ClusterMetadata
 from pylog.cluster.placement import INTERNAL_TOPICS, check_partition_growth, validate_topic_name
@@ -44,6 +45,7 @@ class AdminHandlers:
         self.config = config
         self.metadata = metadata
         self.logs = logs
+        self.configs = ConfigHandlers(config, metadata, logs.default_config)
         # Unique across restarts without persisted state: start from the clock.
         self._producer_ids = itertools.count(int(time.time() * 1000) << 8)
 

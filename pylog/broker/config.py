@@ -145,9 +145,11 @@ class Listener:
 
 @dataclass(frozen=True)
 class BrokerConfig:
-    """A checked broker configuration. ``values`` holds every key with its typed value."""
+    """A checked broker configuration. ``values`` holds every key with its typed value;
+    ``explicit`` the keys the file or an override set (the others hold their defaults)."""
 
     values: Mapping[str, object]
+    explicit: frozenset[str] = frozenset()
 
     @classmethod
     def load(cls, path: Path | str | None, overrides: list[str] | Mapping[str, str] = ()
@@ -180,7 +182,7 @@ class BrokerConfig:
             if key not in _SETTINGS:
                 raise ConfigError(key, "unknown broker setting")
             values[key] = _SETTINGS[key][0](key, text)
-        config = cls(values)
+        config = cls(values, frozenset(raw))
         config._check()
         return config
 
@@ -306,6 +308,26 @@ class BrokerConfig:
             return CleanerConfig(**{field: self[key] for field, key in _CLEANER_KEYS.items()})
         except ConfigError as exc:
             raise ConfigError(_CLEANER_KEYS.get(exc.key, exc.key), exc.problem) from None
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSetting:
+    """One ``server.properties`` key as DescribeConfigs lists it."""
+
+    name: str
+    type: str  # "long", "boolean", "double", "string" or "list"
+    default: object
+    description: str
+
+
+_TYPE_NAMES = {_int: "long", _bool: "boolean", _float: "double", _str: "string",
+               parse_cleanup_policy: "list"}
+
+
+def broker_settings() -> list[BrokerSetting]:
+    """Every broker setting with its type, default and one-line description, by name."""
+    return [BrokerSetting(name, _TYPE_NAMES[parser], default, description)
+            for name, (parser, default, description) in sorted(_SETTINGS.items())]
 
 
 _CLEANER_KEYS = {"enabled": "log.cleaner.enable", "threads": "log.cleaner.threads",

@@ -57,6 +57,9 @@ SERVED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.INIT_PRODUCER_ID: (0, 1),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),
     ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.DESCRIBE_CONFIGS: (0, 4),
+    ApiKey.ALTER_CONFIGS: (0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
 }
 UNSUPPORTED_VERSION = UnsupportedVersionError.errno
 
@@ -199,6 +202,12 @@ class Dispatcher:
             return self.admin.create_partitions(body, version)
         if api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
             return handle_offset_for_leader_epoch(body, version, self.logs)
+        if api_key == ApiKey.DESCRIBE_CONFIGS:
+            return self.admin.configs.describe_configs(body, version)
+        if api_key == ApiKey.ALTER_CONFIGS:
+            return self.admin.configs.alter_configs(body, version)
+        if api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS:
+            return self.admin.configs.incremental_alter_configs(body, version)
         raise CloseConnection(f"{MESSAGES[api_key].name} is not served")
 
     def _api_versions_fallback(self, correlation_id: int) -> Reply:

@@ -4,8 +4,9 @@
 says the broker leads it, and otherwise raises the error a client expects:
 UNKNOWN_TOPIC_OR_PARTITION for a topic or partition that does not exist,
 NOT_LEADER_OR_FOLLOWER when another broker (or nobody) leads it. Logs are created with
-the topic's configs over the broker defaults. Partitions of topics that disappear from
-the metadata are deleted from disk.
+the topic's configs over the broker defaults; when a topic's configs change (AlterConfigs,
+on this broker or, through ZooKeeper, on another) its open logs take the new config at
+once. Partitions of topics that disappear from the metadata are deleted from disk.
 
 In cluster mode a ``ReplicaManager`` is attached (``replicas``): leadership is then its
 judgement (the role it applied from ZooKeeper, with leader-epoch fencing) rather than
@@ -21,10 +22,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
-from typing import Callable
+from typing import Callable, Mapping
 
 from pylog.cluster.metadata import ClusterMetadata
-from pylog.errors import NotLeaderOrFollowerError, UnknownTopicOrPartitionError
+from pylog.errors import ConfigError, NotLeaderOrFollowerError, UnknownTopicOrPartitionError
 from pylog.log import Log, LogConfig, LogManager
 from pylog.types import TopicPartition
 
@@ -75,6 +76,9 @@ class PartitionLogs:
         self._lock = threading.Lock()
         self._logs: dict[TopicPartition, Log] = {}
         self._known_topics: set[str] = set(metadata.topics())
+        # The overrides each topic's open logs were last given, to apply only changes.
+        self._applied_configs: dict[str, Mapping[str, str]] = {}
+        self._config_lock = threading.Lock()
         self.replicas = None  # the ReplicaManager, in cluster mode
         for tp in manager.partitions():
             # Apply each topic's configs to the logs loaded with the defaults.
@@ -149,7 +153,9 @@ class PartitionLogs:
         return self._logs.get(TopicPartition(topic, partition))
 
     def on_metadata_change(self) -> None:
-        """Delete local partitions of topics that were known and are now gone."""
+        """Apply changed topic configs to the open logs; delete local partitions of topics
+        that were known and are now gone."""
+        self._apply_configs()
         topics = self.metadata.topics()
         current = set(topics)
         gone = self._known_topics - current
@@ -161,3 +167,39 @@ class PartitionLogs:
                 del self._logs[tp]
                 log.info("deleting %s: its topic was deleted", tp)
                 self.manager.delete_partition(tp.topic, tp.partition)
+
+    def _apply_configs(self) -> None:
+        """Give open logs their topic's config where its overrides changed since last time.
+
+        Serialised, and the metadata is read inside: two listeners racing (ZooKeeper
+        delivers on more than one thread) must not let an older view be applied last.
+        Overrides that do not make a valid config (written to ZooKeeper by another tool)
+        leave the logs as they are, with a warning: refusing them is AlterConfigs' job.
+        """
+        with self._config_lock:
+            self._apply_configs_locked(self.metadata.topics())
+
+    def _apply_configs_locked(self, topics: Mapping) -> None:
+        with self._lock:
+            logs = list(self._logs.items())
+        by_topic: dict[str, list[Log]] = {}
+        for tp, partition_log in logs:
+            by_topic.setdefault(tp.topic, []).append(partition_log)
+        for topic, topic_logs in by_topic.items():
+            meta = topics.get(topic)
+            if meta is None or self._applied_configs.get(topic) == meta.configs:
+                continue
+            try:
+                config = self.default_config.with_overrides(meta.configs)
+            except ConfigError as error:
+                log.warning("topic %s keeps its config: its overrides are not valid: %s",
+                            topic, error)
+            else:
+                for partition_log in topic_logs:
+                    partition_log.update_config(config)
+                if topic in self._applied_configs:  # a change, not the first look
+                    log.info("topic %s: configs %s applied to %d local logs", topic,
+                             dict(meta.configs), len(topic_logs))
+            self._applied_configs[topic] = meta.configs
+        for topic in set(self._applied_configs) - set(topics):
+            del self._applied_configs[topic]

@@ -1,13 +1,21 @@
-"""Admin: create, grow, delete, list and describe topics."""
+"""Admin: create, grow, delete, list and describe topics; describe and alter the configs
+of topics and brokers."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from pylog.client.metadata import TopicMetadata
 from pylog.client.network import NetworkClient, check_error
-from pylog.client.results import PartitionDescription, TopicDescription
+from pylog.client.results import (
+    ConfigEntry, ConfigSynonym, PartitionDescription, TopicDescription)
+from pylog.errors import ConfigError
 from pylog.protocol import ApiKey
+from pylog.protocol.configs import AlterConfigOp, ConfigResourceType, ConfigSource, ConfigType
+
+# Resource types by the names kafka-configs.sh uses (--entity-type), singular or plural.
+RESOURCE_TYPES = {"topic": ConfigResourceType.TOPIC, "topics": ConfigResourceType.TOPIC,
+                  "broker": ConfigResourceType.BROKER, "brokers": ConfigResourceType.BROKER}
 
 
 class Admin:
@@ -104,6 +112,99 @@ class Admin:
         # Fresh metadata: topic() only asks again for a topic that is missing or in error.
         return [self._network.topic(name) for name in sorted(set(names))]
 
+    # -- configs ----------------------------------------------------------------------------
+
+    def describe_configs(self, resource_type: str | ConfigResourceType, name: str,
+                         keys: Iterable[str] | None = None, *, synonyms: bool = True,
+                         documentation: bool = False) -> list[ConfigEntry]:
+        """Every config of a topic or broker (only ``keys`` when given), sorted by name.
+
+        ``resource_type`` is ``"topic"`` or ``"broker"`` (a broker is named by its id).
+
+        >>> {e.name: e.value for e in admin.describe_configs("topic", "events")
+        ...  if e.is_dynamic}
+        {'retention.ms': '3600000'}
+
+        Raises UnknownTopicOrPartitionError for an unknown topic, ConfigError for an
+        unknown resource type.
+        """
+        kind = _resource_type(resource_type)
+        body = {"resources": [{"resource_type": int(kind), "resource_name": name,
+                               "configuration_keys": None if keys is None else list(keys)}],
+                "include_synonyms": synonyms, "include_documentation": documentation}
+        response = self._config_request(kind, name, ApiKey.DESCRIBE_CONFIGS, body)
+        result = response["results"][0]
+        _check_topic(result["error_code"], result["error_message"],
+                     f"describe configs of {kind.name.lower()} {name!r}")
+        return sorted((_config_entry(c) for c in result["configs"]), key=lambda e: e.name)
+
+    def alter_configs(self, resource_type: str | ConfigResourceType, name: str,
+                      configs: Mapping[str, str], *, validate_only: bool = False) -> None:
+        """Replace the whole set of configs set on a topic with ``configs`` (AlterConfigs:
+        a config left out goes back to the broker's default).
+
+        >>> admin.alter_configs("topic", "events", {"cleanup.policy": "compact"})
+
+        Raises InvalidConfigError naming a bad key or value; nothing changes then, nor
+        with ``validate_only``. Broker settings are read-only (InvalidRequestError).
+        """
+        kind = _resource_type(resource_type)
+        body = {"resources": [{"resource_type": int(kind), "resource_name": name,
+                               "configs": [{"name": k, "value": None if v is None else str(v)}
+                                           for k, v in configs.items()]}],
+                "validate_only": validate_only}
+        self._check_alter(kind, name, self._config_request(kind, name, ApiKey.ALTER_CONFIGS,
+                                                           body))
+
+    def incremental_alter_configs(self, resource_type: str | ConfigResourceType, name: str, *,
+                                  set_configs: Mapping[str, str] | None = None,
+                                  delete_configs: Iterable[str] = (),
+                                  append_configs: Mapping[str, str] | None = None,
+                                  subtract_configs: Mapping[str, str] | None = None,
+                                  validate_only: bool = False) -> None:
+        """Change single configs of a topic, leaving the others as they are.
+
+        ``set_configs`` sets values, ``delete_configs`` returns keys to the broker's
+        default, ``append_configs`` / ``subtract_configs`` add items to or remove them from
+        a list config (``cleanup.policy``).
+
+        >>> admin.incremental_alter_configs("topic", "events",
+        ...                                 set_configs={"retention.ms": "3600000"},
+        ...                                 delete_configs=["segment.ms"])
+
+        Raises InvalidConfigError naming a bad key or value (nothing changes then, nor with
+        ``validate_only``), InvalidRequestError for a key given twice or a broker setting.
+        """
+        kind = _resource_type(resource_type)
+        operations = [(AlterConfigOp.SET, k, v) for k, v in (set_configs or {}).items()]
+        operations += [(AlterConfigOp.DELETE, k, None) for k in delete_configs]
+        operations += [(AlterConfigOp.APPEND, k, v) for k, v in (append_configs or {}).items()]
+        operations += [(AlterConfigOp.SUBTRACT, k, v)
+                       for k, v in (subtract_configs or {}).items()]
+        body = {"resources": [{"resource_type": int(kind), "resource_name": name, "configs": [
+                    {"name": k, "config_operation": int(op),
+                     "value": None if v is None else str(v)} for op, k, v in operations]}],
+                "validate_only": validate_only}
+        self._check_alter(kind, name, self._config_request(
+            kind, name, ApiKey.INCREMENTAL_ALTER_CONFIGS, body))
+
+    def _config_request(self, kind: ConfigResourceType, name: str, api_key: int,
+                        body: dict) -> dict:
+        """A broker's settings are that broker's own: ask it. Any broker knows a topic's."""
+        if kind == ConfigResourceType.BROKER and name:
+            try:
+                broker_id = int(name)
+            except ValueError:
+                raise ConfigError("broker", f"a broker is named by its id, got {name!r}") from None
+            return self._network.request_to(broker_id, api_key, body)
+        return self._network.request_any(api_key, body)
+
+    @staticmethod
+    def _check_alter(kind: ConfigResourceType, name: str, response: dict) -> None:
+        for result in response["responses"]:
+            _check_topic(result["error_code"], result["error_message"],
+                         f"alter configs of {kind.name.lower()} {name!r}")
+
     def close(self) -> None:
         self._network.close()
 
@@ -120,3 +221,32 @@ def _check_topic(code: int, message: str | None, what: str) -> None:
         cls = KafkaError.for_code(code)
         raise cls(f"{what}: {cls.name}: {message}")
     check_error(code, what)
+
+
+def _resource_type(value: str | ConfigResourceType) -> ConfigResourceType:
+    if isinstance(value, ConfigResourceType):
+        return value
+    try:
+        return RESOURCE_TYPES[value]
+    except KeyError:
+        raise ConfigError("resource_type", f"expected topic or broker, got {value!r}") from None
+
+
+def _config_entry(config: dict) -> ConfigEntry:
+    source = config.get("config_source", -1)
+    if source == -1:  # DescribeConfigs v0 only says whether it is a default
+        source = ConfigSource.DEFAULT_CONFIG if config.get("is_default") else ConfigSource.UNKNOWN
+    return ConfigEntry(
+        config["name"], config["value"], _enum(ConfigSource, source), config["is_sensitive"],
+        config["read_only"],
+        tuple(ConfigSynonym(s["name"], s["value"], _enum(ConfigSource, s["source"]))
+              for s in config.get("synonyms", [])),
+        _enum(ConfigType, config.get("config_type", 0)), config.get("documentation"))
+
+
+def _enum(kind, value: int):
+    """A wire number as ``kind``, UNKNOWN (0) for a number newer than this client."""
+    try:
+        return kind(value)
+    except ValueError:
+        return kind(0)

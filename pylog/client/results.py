@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pylog.errors import OffsetOutOfRangeError
+from pylog.protocol.configs import ConfigSource, ConfigType
 from pylog.records import Record
 
 
@@ -78,3 +79,38 @@ class OffsetOutOfRange(OffsetOutOfRangeError):
         self.offset = offset
         self.log_start_offset = log_start_offset
         self.high_watermark = high_watermark
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSynonym:
+    """One source a config's value could come from, in precedence order (DescribeConfigs)."""
+
+    name: str
+    value: str | None
+    source: ConfigSource
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    """One config of a topic or broker as DescribeConfigs describes it.
+
+    ``value`` is None for a sensitive config or one without a value; ``source`` says where
+    the value comes from (DYNAMIC_TOPIC_CONFIG: set on the topic). ``documentation`` is
+    None unless asked for.
+    """
+
+    name: str
+    value: str | None
+    source: ConfigSource
+    is_sensitive: bool
+    read_only: bool
+    synonyms: tuple[ConfigSynonym, ...] = ()
+    config_type: ConfigType = ConfigType.UNKNOWN
+    documentation: str | None = None
+
+    @property
+    def is_dynamic(self) -> bool:
+        """Set at run time on the resource (a topic override), not a broker's default."""
+        return self.source in (ConfigSource.DYNAMIC_TOPIC_CONFIG,
+                               ConfigSource.DYNAMIC_BROKER_CONFIG,
+                               ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)

@@ -27,7 +27,9 @@ relative to the chroot given in ``zookeeper.connect``.
 
 ``/controller_epoch`` (persistent): the decimal epoch, incremented by each new controller.
 
-``/config/topics/<topic>`` (persistent): ``{"version": 1, "config": {"retention.ms": "1000"}}``
+``/config/topics/<topic>`` (persistent): ``{"version": 1, "config": {"retention.ms": "1000"}}``,
+the topic's config overrides, written at creation and by AlterConfigs (``topic_config``);
+every broker watches it.
 
 ``/admin/delete_topics/<topic>`` (persistent, empty): a deletion request the controller
 carries out and then removes.

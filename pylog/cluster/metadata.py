@@ -71,6 +71,16 @@ class ClusterMetadata(Protocol):
         InvalidReplicationFactorError.
         """
 
+    def alter_topic_configs(self, name: str,
+                            alter: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
+        """Replace the topic's config overrides with ``alter(current overrides)``, atomically
+        with respect to other alterations, and return the new overrides.
+
+        ``alter`` may be called more than once (after losing a race) and may raise to
+        abandon the change (nothing is written). Raises UnknownTopicOrPartitionError if the
+        topic does not exist.
+        """
+
     def delete_topic(self, name: str) -> None:
         """Raises UnknownTopicOrPartitionError if it does not exist."""
 

@@ -1,9 +1,10 @@
 """``StandaloneMetadata``: the ClusterMetadata of a single broker without ZooKeeper.
 
 This broker is the only broker, the controller, and the leader of every partition.
-Topics and their configs live in memory and in ``topics.json`` under the broker's first
-log dir, rewritten through a temporary file and a rename after every change, so a crash
-leaves either the old or the new state::
+Topics and their configs (the overrides given at creation or altered since) live in
+memory and in ``topics.json`` under the broker's first log dir, rewritten through a
+temporary file and a rename after every change, so a crash leaves either the old or the
+new state::
 
     {"version": 1,
      "topics": {"events": {"partitions": 4, "configs": {"retention.ms": "3600000"}}}}
@@ -107,6 +108,24 @@ class StandaloneMetadata:
             self._topics = topics
         self._notify()
         return topic
+
+    def alter_topic_configs(self, name: str,
+                            alter: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
+        """Replace the overrides of ``name`` with ``alter(current)`` and persist them.
+
+        Raises UnknownTopicOrPartitionError, or whatever ``alter`` raises (nothing changes).
+        """
+        with self._lock:
+            current = self._topics.get(name)
+            if current is None:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            configs = dict(alter(dict(current.configs)))
+            topics = dict(self._topics)
+            topics[name] = TopicMetadata(name, current.partitions, configs)
+            self._write_state(topics)
+            self._topics = topics
+        self._notify()
+        return configs
 
     def delete_topic(self, name: str) -> None:
         """Raises UnknownTopicOrPartitionError if ``name`` does not exist."""

@@ -39,6 +39,7 @@ from pylog.cluster.placement import (assign_new_partitions, assign_replicas,
                                      check_partition_growth, validate_topic_name)
 from pylog.cluster.registry import BrokerIdInUseError, BrokerRegistry
 from pylog.cluster.session import close_client, connect_client
+from pylog.cluster.topic_config import alter_topic_config
 from pylog.cluster.view import ClusterView
 from pylog.cluster.worker import CoalescingWorker
 from pylog.errors import (RequestTimedOutError, TopicAlreadyExistsError,
@@ -261,6 +262,21 @@ class ZkClusterMetadata:
         log.info("topic %s grows from %d to %d partitions", name, len(current), total)
         self._wait_for(lambda: _all_led(self._view.topic(name), assignment))
         return self._view.topic(name)
+
+    def alter_topic_configs(self, name: str,
+                            alter: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
+        """Rewrite ``/config/topics/<name>`` with ``alter(current overrides)``.
+
+        Every broker's watch applies the change; this one waits up to ``admin_timeout``
+        until its own view shows it, so its next answers do. Raises
+        UnknownTopicOrPartitionError, RequestTimedOutError, or what ``alter`` raises.
+        """
+        with self._zookeeper(f"altering the configs of topic {name!r}"):
+            configs = alter_topic_config(self._client, name, alter)
+        log.info("topic %s now has configs %s", name, configs)
+        self._wait_for(lambda: (topic := self._view.topic(name)) is None
+                       or dict(topic.configs) == configs)
+        return configs
 
     def delete_topic(self, name: str) -> None:
         """Ask the controller to delete the topic; waits up to ``admin_timeout`` for it.

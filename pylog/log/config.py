@@ -118,6 +118,25 @@ class LogConfig:
         except ConfigError as exc:
             raise ConfigError(given.get(exc.key, exc.key), exc.problem) from None
 
+    def kafka_value(self, key: str) -> str:
+        """The value of topic config ``key`` (a Kafka name) as Kafka writes it: ``-1`` for
+        "none", ``true``/``false`` for booleans. ``with_overrides`` reads it back unchanged.
+
+        >>> LogConfig(retention_ms=None).kafka_value("retention.ms")
+        '-1'
+
+        Raises ConfigError for a key that is not a log config.
+        """
+        field = _KAFKA_NAMES.get(key)
+        if field is None:
+            raise ConfigError(key, "not a log config")
+        value = getattr(self, field)
+        if value is None:
+            return "-1"
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return str(value)
+
 
 _KAFKA_NAMES = {
     "segment.bytes": "segment_bytes",
@@ -137,6 +156,8 @@ _KAFKA_NAMES = {
     "min.compaction.lag.ms": "min_compaction_lag_ms",
     "delete.retention.ms": "delete_retention_ms",
 }
+# Every topic config a LogConfig takes, by its Kafka name.
+TOPIC_CONFIG_NAMES = tuple(_KAFKA_NAMES)
 # Normalised spellings; Kafka accepts the list in either order (and with spaces).
 CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
 _FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(LogConfig)}
