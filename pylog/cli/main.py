@@ -27,6 +27,7 @@ SUBCOMMANDS = (
     "query",
     "status",
     "topics",
+    "configs",
     "produce",
     "consume",
     "offsets",
