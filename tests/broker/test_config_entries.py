@@ -1,0 +1,111 @@
+"""The pure parts of the config APIs: DescribeConfigs entries (values, sources, synonyms),
+Kafka spellings of LogConfig values, and ``pylog configs --add-config`` parsing."""
+
+from __future__ import annotations
+
+import pytest
+
+from pylog.broker.config import BrokerConfig, broker_settings
+from pylog.broker.config_entries import broker_entries, is_sensitive, topic_entries
+from pylog.cli.configs import parse_add_config, parse_delete_config
+from pylog.errors import ConfigError
+from pylog.log import LogConfig
+from pylog.log.topic_configs import TOPIC_CONFIGS
+from pylog.protocol.configs import ConfigSource
+
+DYNAMIC = ConfigSource.DYNAMIC_TOPIC_CONFIG
+STATIC = ConfigSource.STATIC_BROKER_CONFIG
+DEFAULT = ConfigSource.DEFAULT_CONFIG
+
+
+def broker_config(**settings) -> BrokerConfig:
+    return BrokerConfig.load(None, {"log.dirs": "/tmp/unused", **settings})
+
+
+def by_name(entries) -> dict[str, dict]:
+    return {entry["name"]: entry for entry in entries}
+
+
+def test_every_topic_config_names_broker_settings_that_exist():
+    settings = {setting.name for setting in broker_settings()}
+    for key in TOPIC_CONFIGS.values():
+        assert key.broker_synonyms, key.name
+        assert set(key.broker_synonyms) <= settings, key.name
+
+
+@pytest.mark.parametrize("name", sorted(TOPIC_CONFIGS))
+def test_kafka_values_read_back_unchanged(name):
+    config = LogConfig(retention_ms=None, flush_messages=5, cleanup_policy="compact,delete",
+                       min_cleanable_dirty_ratio=0.25, expose_unflushed=False)
+    assert config.with_overrides({name: config.kafka_value(name)}) == config
+
+
+def test_sources_follow_kafkas_precedence():
+    broker = broker_config(**{"log.retention.ms": "5000"})
+    entries = by_name(topic_entries({"segment.ms": "100"}, broker.log_config, broker,
+                                    include_synonyms=True))
+    segment_ms = entries["segment.ms"]
+    assert (segment_ms["value"], segment_ms["config_source"]) == ("100", DYNAMIC)
+    assert [(s["name"], s["value"], s["source"]) for s in segment_ms["synonyms"]] == [
+        ("segment.ms", "100", DYNAMIC), ("log.roll.hours", "168", DEFAULT)]
+    retention = entries["retention.ms"]
+    assert (retention["value"], retention["config_source"]) == ("5000", STATIC)
+    assert [(s["name"], s["source"]) for s in retention["synonyms"]] == [
+        ("log.retention.ms", STATIC), ("log.retention.hours", DEFAULT)]
+    policy = entries["cleanup.policy"]
+    assert (policy["value"], policy["config_source"], policy["is_default"]) == (
+        "delete", DEFAULT, True)
+
+
+def test_synonyms_and_documentation_only_when_asked():
+    broker = broker_config()
+    [entry] = topic_entries({}, broker.log_config, broker, ["retention.ms"])
+    assert entry["synonyms"] == [] and entry["documentation"] is None
+    [entry] = topic_entries({}, broker.log_config, broker, ["retention.ms"],
+                            include_documentation=True)
+    assert entry["documentation"] == TOPIC_CONFIGS["retention.ms"].documentation
+
+
+def test_an_override_pylog_does_not_know_is_still_listed():
+    broker = broker_config()
+    entries = by_name(topic_entries({"compression.type": "zstd"}, broker.log_config, broker))
+    assert (entries["compression.type"]["value"],
+            entries["compression.type"]["config_source"]) == ("zstd", DYNAMIC)
+
+
+def test_broker_entries_are_read_only_with_their_source():
+    broker = broker_config(**{"num.partitions": "3"})
+    entries = by_name(broker_entries(broker))
+    assert set(entries) == {setting.name for setting in broker_settings()}
+    assert all(entry["read_only"] for entry in entries.values())
+    assert (entries["num.partitions"]["value"],
+            entries["num.partitions"]["config_source"]) == ("3", STATIC)
+    assert entries["broker.rack"]["value"] is None  # no default, not set
+    assert entries["delete.topic.enable"]["value"] == "true"
+
+
+def test_secrets_are_never_described():
+    assert is_sensitive("ssl.keystore.password") and is_sensitive("sasl.jaas.config")
+    assert not any(is_sensitive(setting.name) for setting in broker_settings())
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("retention.ms=1000", {"retention.ms": "1000"}),
+    ("a=1, b = 2", {"a": "1", "b": "2"}),
+    ("cleanup.policy=[compact,delete],segment.ms=10",
+     {"cleanup.policy": "compact,delete", "segment.ms": "10"}),
+])
+def test_add_config_parsing(text, expected):
+    assert parse_add_config(text) == expected
+
+
+@pytest.mark.parametrize("text", ["retention.ms", "=1", "a=[1,2", "a=1]", "a=1,,b=2"])
+def test_add_config_mistakes_name_the_option(text):
+    with pytest.raises(ConfigError, match="--add-config"):
+        parse_add_config(text)
+
+
+def test_delete_config_parsing():
+    assert parse_delete_config("a, b") == ["a", "b"]
+    with pytest.raises(ConfigError, match="--delete-config"):
+        parse_delete_config("a,,b")
