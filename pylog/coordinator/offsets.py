@@ -191,6 +191,9 @@ class OffsetManager:
         for group in self.coordinator.owned_groups():
             if group.state is not GroupState.EMPTY:
                 continue
+            if not group.offsets and not group.protocol_type:
+                del self.coordinator.groups[group.group_id]  # nothing was ever stored
+                continue
             if group.protocol_type:  # a consumer group: retention counts from emptiness
                 expired = (list(group.offsets)
                            if now_ms >= group.state_timestamp_ms + self.retention_ms else [])

@@ -24,6 +24,7 @@ reads every version. Pure code over bytes: no files, no clocks.
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
 
@@ -204,6 +205,7 @@ def java_string_hash(text: str) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+@functools.lru_cache(maxsize=65536)
 def partition_for(group: str, num_partitions: int) -> int:
     """The ``__consumer_offsets`` partition of a group: Kafka's
     ``Utils.abs(groupId.hashCode) % n``, where ``abs`` masks the sign bit."""
