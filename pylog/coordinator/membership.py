@@ -229,10 +229,10 @@ class Membership:
 
             self.persist_group(group, None, stored)
             return pending
-        if group.state is GroupState.COMPLETING_REBALANCE and old.protocols == member.protocols:
-            return self._current_join(group, member)
+        # Changed protocols, or CompletingRebalance: the leader may be assigning to the old
+        # id, which the new incarnation would never get; rebalance (as Kafka does).
         member.awaiting_join = Pending()
-        self._prepare_rebalance(group, f"static member {request.group_instance_id} changed")
+        self._prepare_rebalance(group, f"static member {request.group_instance_id} rejoined")
         pending = member.awaiting_join
         self._maybe_complete_join(group)
         return pending
@@ -390,8 +390,8 @@ class Membership:
         group, error = self.coordinator.lookup(group_id)
         if error:
             return error, []
-        if group is None:
-            return UNKNOWN_MEMBER_ID, [(m, i, UNKNOWN_MEMBER_ID) for m, i in members]
+        if group is None:  # Kafka answers each member, not the request
+            return NONE, [(m, i, UNKNOWN_MEMBER_ID) for m, i in members]
         results = []
         for member_id, instance_id in members:
             results.append((member_id, instance_id,
