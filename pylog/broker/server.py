@@ -63,13 +63,18 @@ class Broker:
     >>> broker.address          # ('127.0.0.1', 9092)
     >>> broker.stop()           # clean shutdown
 
+    ``clock`` (monotonic seconds, for timeouts) and ``wall_ms`` (epoch milliseconds, for
+    commit timestamps and offset retention) can be injected.
+
     Raises ConfigError (also when the listener's port is taken) or KafkaStorageError (log
     dir locked by another broker) from ``start``.
     """
 
-    def __init__(self, config: BrokerConfig, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, config: BrokerConfig, clock: Callable[[], float] = time.monotonic,
+                 wall_ms: Callable[[], int] | None = None) -> None:
         self.config = config
         self.clock = clock
+        self.wall_ms = wall_ms
         self.metadata: ClusterMetadata | None = None
         self.manager: LogManager | None = None
         self.replicas: ReplicaManager | None = None
@@ -138,7 +143,7 @@ class Broker:
             self.metadata.add_listener(self.replicas.on_metadata_change)
             self.replicas.start()
         self.coordinator = GroupCoordinator(config, self.metadata, logs, waiters,
-                                            self.clock).start()
+                                            self.clock, wall_ms=self.wall_ms).start()
         dispatcher = Dispatcher(AdminHandlers(config, self.metadata, logs), logs, self.clock,
                                 GroupHandlers(self.coordinator, self.clock))
         budget = RequestBudget(config["queued.max.request.bytes"])
