@@ -114,6 +114,10 @@ class GroupHandlers:
             out = dict(bodies[0], throttle_time_ms=0)
             if version < 7 and out["protocol_name"] is None:
                 out["protocol_name"] = ""
+            if version < 9 and out["skip_assignment"]:
+                # A restarted static leader keeps the current assignment; a client that
+                # cannot be told to skip it is told it is not the leader (as Kafka does).
+                out.update(members=[], leader="")
             return out
 
         if not isinstance(answer, Pending):

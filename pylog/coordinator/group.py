@@ -95,6 +95,7 @@ class Group:
     initial_delay_limit: float = 0.0
     sync_deadline: float = 0.0  # clock seconds, while CompletingRebalance
     syncing: bool = False  # the leader's assignment is being persisted
+    pending_commits: int = 0  # offset commits waiting for the in-sync replicas
 
     def transition(self, state: GroupState, wall_ms: int) -> None:
         self.state = state

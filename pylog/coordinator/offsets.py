@@ -74,8 +74,10 @@ class OffsetManager:
         if not values:
             return results
         pending = Pending()
+        group.pending_commits += 1
 
         def stored(error: int) -> None:
+            group.pending_commits -= 1
             if error == NONE and group.state is not GroupState.DEAD:
                 group.offsets.update(values)
             results.update(dict.fromkeys(values, error))
@@ -191,7 +193,8 @@ class OffsetManager:
         for group in self.coordinator.owned_groups():
             if group.state is not GroupState.EMPTY:
                 continue
-            if not group.offsets and not group.protocol_type:
+            if not (group.offsets or group.protocol_type or group.pending_members
+                    or group.pending_commits):
                 del self.coordinator.groups[group.group_id]  # nothing was ever stored
                 continue
             if group.protocol_type:  # a consumer group: retention counts from emptiness
