@@ -28,6 +28,7 @@ from pylog.broker.groups import GROUP_APIS, GroupHandlers, GroupWork
 from pylog.broker.partitions import PartitionLogs
 from pylog.broker.produce import ProduceWork, handle_produce
 from pylog.broker.replication_handlers import handle_offset_for_leader_epoch
+from pylog.broker.session import Session
 from pylog.errors import InvalidRequestError, UnsupportedVersionError
 from pylog.protocol import (
     MESSAGES, ApiKey, decode_request, encode_response_chunks, peek_header)
@@ -136,8 +137,9 @@ class Dispatcher:
         self.clock = clock
         self.groups = groups
 
-    def dispatch(self, payload, peer: str = "") -> Reply | Parked | None:
-        """Handle one request frame from the client at ``peer`` (host:port)."""
+    def dispatch(self, payload, session: Session | None = None) -> Reply | Parked | None:
+        """Handle one request frame from the connection of ``session``."""
+        session = session or Session("")
         try:
             api_key, version, correlation_id = peek_header(payload)
         except InvalidRequestError:
@@ -159,7 +161,7 @@ class Dispatcher:
         with _one_line_failures(api_key, version):
             if api_key in GROUP_APIS and self.groups is not None:
                 body = self.groups.handle(api_key, version, request.body,
-                                          request.header.client_id, peer)
+                                          request.header.client_id, session.client_host)
             else:
                 body = self._handle(api_key, version, request.body)
             if body is None:

@@ -107,7 +107,7 @@ class GroupHandlers:
             body["group_id"], body["member_id"], body["group_instance_id"],
             body["session_timeout_ms"], rebalance_timeout, body["protocol_type"],
             [(p["name"], bytes(p["metadata"])) for p in body["protocols"]], client_id,
-            f"/{host.rsplit(':', 1)[0]}" if host else "", version >= 4)
+            f"/{host}" if host else "", version >= 4)
         answer = self.coordinator.run_locked(lambda: self.coordinator.membership.join(request))
 
         def render(bodies: list[dict]) -> dict:

@@ -30,6 +30,7 @@ from typing import Callable
 
 from pylog.broker.budget import RequestBudget, frame_charge
 from pylog.broker.dispatch import CloseConnection, Dispatcher, Parked, Reply
+from pylog.broker.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,7 @@ class Connection:
     def __init__(self, sock: socket.socket, address: str, budget: RequestBudget) -> None:
         self.sock = sock
         self.address = address
+        self.session = Session(address)
         self.budget = budget
         self.inbound = bytearray()
         self.charge = 0  # bytes of ``budget`` this connection holds
@@ -241,7 +243,7 @@ class Processor(threading.Thread):
                     break
                 payload = inbound[position + 4:position + 4 + size]  # one copy
                 position += 4 + size
-                outcome = self.dispatcher.dispatch(payload, conn.address)
+                outcome = self.dispatcher.dispatch(payload, conn.session)
                 if isinstance(outcome, Reply):
                     conn.queue(outcome)
                 elif isinstance(outcome, Parked):
