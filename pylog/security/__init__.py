@@ -1,0 +1,1 @@
+"""Authentication and authorization: TLS, SASL mechanisms and credentials, ACLs."""
