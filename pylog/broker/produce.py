@@ -152,4 +152,10 @@ def _produce_partition(topic: str, partition_data: dict, version: int, acks: int
         return result
     except KafkaError as error:
         log.debug("produce to %s-%d refused: %s", topic, index, error)
-        return _partition_result(index, error)
+        result = _partition_result(index, error)
+        # Which records were bad (Kafka's RecordError): the producer fails those as
+        # INVALID_RECORD and the rest of the batch as collateral.
+        result["record_errors"] = [
+            {"batch_index": i, "batch_index_error_message": "a compacted topic cannot "
+             "accept a record without a key"} for i in getattr(error, "batch_indexes", ())]
+        return result

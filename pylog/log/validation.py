@@ -73,11 +73,23 @@ def validate_append(view: memoryview, config: LogConfig, *,
     return batches
 
 
+class KeylessRecordError(InvalidRecordError):
+    """Records without a key sent to a compacted topic; ``batch_indexes`` are their
+    indexes in the batch, which Kafka reports per record (ProduceResponse v8+
+    record_errors) so a producer can tell them from the rest of the batch."""
+
+    def __init__(self, message: str, batch_indexes: list[int]) -> None:
+        super().__init__(message)
+        self.batch_indexes = batch_indexes
+
+
 def _check_keys(view: memoryview, position: int, header: BatchHeader) -> None:
-    if any(key is None for key in scan_records(view, position, header).keys):
-        raise InvalidRecordError(
-            f"batch at position {position} has a record with a null key; a compacted topic "
-            "needs a key on every record")
+    keys = scan_records(view, position, header).keys
+    keyless = [index for index, key in enumerate(keys) if key is None]
+    if keyless:
+        raise KeylessRecordError(
+            f"batch at position {position} has {len(keyless)} record(s) with a null key; "
+            "a compacted topic needs a key on every record", keyless)
 
 
 def check_follower_offsets(batches: list[tuple[int, BatchHeader]], log_end_offset: int) -> None:

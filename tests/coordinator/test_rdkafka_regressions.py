@@ -1,0 +1,38 @@
+"""What librdkafka's own integration suite found wrong with a pylog broker, one test each.
+
+Each test replays the part of a librdkafka test (``tests/00NN-*.c``) that failed, with
+confluent-kafka against a real broker process, and checks the answer Kafka gives.
+"""
+
+from __future__ import annotations
+
+import confluent_kafka
+from confluent_kafka import KafkaError
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from pylog.testing.broker import broker_fixture
+
+GROUP_SETTINGS = {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 1000,
+                  "offsets.topic.num.partitions": 5, "num.partitions": 1}
+broker = broker_fixture(scope="module", overrides=GROUP_SETTINGS)
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 1, **configs: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1, config=configs)])[topic].result(15)
+
+
+def test_keyless_records_to_a_compacted_topic_fail_alone(broker):
+    """0011: in one batch, only the keyless records get INVALID_RECORD (the response's
+    record_errors name them); the others get librdkafka's _INVALID_DIFFERENT_RECORD."""
+    create_topic(broker.bootstrap, "compacted", **{"cleanup.policy": "compact"})
+    outcomes: list[int] = []
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap,
+                                         "linger.ms": 100, "log_level": 3})
+    for i in range(20):
+        producer.produce("compacted", b"v", key=None if i % 10 == 0 else b"k%d" % i,
+                         partition=0,
+                         on_delivery=lambda err, msg: outcomes.append(err.code() if err else 0))
+    assert producer.flush(15) == 0
+    assert outcomes.count(KafkaError.INVALID_RECORD) == 2
+    assert outcomes.count(KafkaError._INVALID_DIFFERENT_RECORD) == 18
