@@ -101,6 +101,14 @@ class Group:
         self.state = state
         self.state_timestamp_ms = wall_ms
 
+    def fences(self, instance_id: str | None, member_id: str) -> bool:
+        """Whether a request naming ``instance_id`` comes from an older incarnation of that
+        static member (another member id holds the instance id now)."""
+        if instance_id is None:
+            return False
+        known = self.static_members.get(instance_id)
+        return known is not None and known != member_id
+
     def is_leader(self, member_id: str) -> bool:
         return self.leader_id == member_id
 

@@ -120,10 +120,8 @@ class Membership:
 
     def _join_known(self, group: Group, request: JoinRequest) -> dict | Pending:
         member_id = request.member_id
-        if request.group_instance_id is not None:
-            known = group.static_members.get(request.group_instance_id)
-            if known is not None and known != member_id:
-                return join_error(FENCED_INSTANCE_ID, member_id)
+        if group.fences(request.group_instance_id, member_id):
+            return join_error(FENCED_INSTANCE_ID, member_id)
         if member_id in group.pending_members:
             del group.pending_members[member_id]
             return self._add_member(group, member_id, request)
@@ -375,10 +373,8 @@ class Membership:
             return UNKNOWN_MEMBER_ID
         if group.state is GroupState.DEAD:
             return COORDINATOR_NOT_AVAILABLE
-        if instance_id is not None:
-            known = group.static_members.get(instance_id)
-            if known is not None and known != member_id:
-                return FENCED_INSTANCE_ID
+        if group.fences(instance_id, member_id):
+            return FENCED_INSTANCE_ID
         if member_id not in group.members or group.state is GroupState.EMPTY:
             return UNKNOWN_MEMBER_ID
         if generation is not None and generation != group.generation:

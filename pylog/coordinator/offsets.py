@@ -91,10 +91,8 @@ class OffsetManager:
                         instance_id: str | None) -> int:
         if group.state is GroupState.DEAD:
             return COORDINATOR_NOT_AVAILABLE
-        if instance_id is not None:
-            known = group.static_members.get(instance_id)
-            if known is not None and known != member_id:
-                return FENCED_INSTANCE_ID
+        if group.fences(instance_id, member_id):
+            return FENCED_INSTANCE_ID
         if generation < 0 and group.state is GroupState.EMPTY:
             return NONE  # a tool keeping its offsets here, not a member
         member = group.members.get(member_id)
