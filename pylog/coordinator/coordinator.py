@@ -72,8 +72,11 @@ class GroupCoordinator:
         self._kick = threading.Event()
         self._thread: threading.Thread | None = None
         self._next_expiry = 0.0
+        self._known_topics: set[str] = set(metadata.topics())
+        self._deleted_topics: set[str] = set()
         self.membership = Membership(self)
         self.offsets = OffsetManager(self)
+        metadata.add_listener(self._on_metadata_change)
 
     # -- life cycle ---------------------------------------------------------------------
 
@@ -101,6 +104,9 @@ class GroupCoordinator:
                 self._follow_leadership()
                 with self.lock:
                     self.drain_appends()
+                    if self._deleted_topics:
+                        deleted, self._deleted_topics = self._deleted_topics, set()
+                        self.offsets.forget_topics(deleted)
                     self.membership.tick(self.clock())
                     if self.clock() >= self._next_expiry:
                         self._next_expiry = (self.clock()
@@ -110,6 +116,16 @@ class GroupCoordinator:
             except Exception:  # noqa: BLE001 -- the timer thread must survive a bad round
                 log.exception("group coordinator round failed")
             self._flush_wakes()
+
+    def _on_metadata_change(self) -> None:
+        """Note topics that were deleted; their committed offsets go at the next round
+        (Kafka removes a deleted topic's offsets from every group too)."""
+        current = set(self.metadata.topics())
+        with self.lock:
+            self._deleted_topics |= self._known_topics - current
+            self._known_topics = current
+        if self._deleted_topics:
+            self._kick.set()
 
     # -- the offsets topic and who coordinates what -------------------------------------
 

@@ -213,6 +213,19 @@ class OffsetManager:
             log.info("group %s: %d committed offsets expired", group.group_id, len(expired))
             self.coordinator.persist(group.partition, records, lambda error: None)
 
+    def forget_topics(self, topics: set[str]) -> None:
+        """Tombstones for every committed offset of ``topics`` (deleted topics)."""
+        for group in self.coordinator.owned_groups():
+            gone = [key for key in group.offsets if key[0] in topics]
+            if not gone:
+                continue
+            for key in gone:
+                del group.offsets[key]
+            log.info("group %s: dropped the offsets of %d partitions of deleted topics",
+                     group.group_id, len(gone))
+            self.coordinator.persist(group.partition, [
+                (offset_key(group.group_id, t, p), None) for t, p in gone], lambda error: None)
+
     # -- ListGroups and DescribeGroups -------------------------------------------------------------
 
     def list_groups(self, states: set[str]) -> list[dict]:

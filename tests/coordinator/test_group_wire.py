@@ -443,3 +443,14 @@ def test_consumer_offsets_is_internal_and_not_for_producers(wire):
                                               "allow_auto_topic_creation": False})
     assert ordinary["topics"][0]["is_internal"] is False
 
+
+
+def test_deleting_a_topic_removes_its_committed_offsets(wire, group):
+    created = wire.call(ApiKey.CREATE_TOPICS, 4, create_body("doomed", 2))
+    assert created["topics"][0]["error_code"] == 0, created
+    assert set(commit(wire, group, {("doomed", 0): 3, ("doomed", 1): 4,
+                                    ("orders", 1): 6}).values()) == {NONE}
+    deleted = wire.call(ApiKey.DELETE_TOPICS, 3, {"topic_names": ["doomed"], "timeout_ms": 5000})
+    assert deleted["responses"][0]["error_code"] == NONE
+    wait_until(lambda: fetch_offsets(wire, group) == {("orders", 1): 6},
+               what="the deleted topic's offsets to go")
