@@ -4,6 +4,18 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
 
+def read_to_end(consumer, partitions):
+    """Records up to the end offsets of ``partitions`` (at most 5 s without one): no waiting
+    out consumer_timeout_ms once everything is read."""
+    ends = consumer.end_offsets(partitions)
+    records = []
+    for record in consumer:
+        records.append(record)
+        if all(consumer.position(tp) >= ends[tp] for tp in partitions):
+            break
+    return records
+
+
 def test_produce_and_consume_with_defaults(broker):
     topic = "kp-defaults"
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
@@ -22,7 +34,7 @@ def test_produce_and_consume_with_defaults(broker):
     partitions = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
     consumer.assign(partitions)
     consumer.seek_to_beginning()
-    records = list(consumer)
+    records = read_to_end(consumer, partitions)
     for p in (0, 1):
         mine = [r for r in records if r.partition == p]
         assert [r.key for r in mine] == [b"k%d" % i for i in range(p, 300, 2)]
@@ -38,6 +50,7 @@ def test_produce_and_consume_with_defaults(broker):
 
     consumer.seek(partitions[1], 140)
     consumer.pause(partitions[0])
-    tail = list(consumer)
+    tail = read_to_end(consumer, [partitions[1]])
     assert [r.offset for r in tail] == list(range(140, 150))
+    assert consumer.poll(timeout_ms=500) == {}  # nothing from the paused partition
     consumer.close()
