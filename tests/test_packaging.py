@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import importlib.metadata as metadata
-import os
 import subprocess
 import sys
 
@@ -56,27 +55,15 @@ def test_pip_check_reports_no_conflicts():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-_SESSION_VERSION = """
-import pyspark
-from pyspark.sql import SparkSession
-spark = SparkSession.builder.master("local[1]").appName("pylog-packaging") \\
-    .config("spark.ui.enabled", "false").getOrCreate()
-try:
-    print(pyspark.__version__, spark.version, spark.sparkContext._jvm.org.apache.spark.package.SPARK_VERSION())
-finally:
-    spark.stop()
-"""
-
-
 def test_python_side_matches_the_jvm_of_a_real_session():
-    # A separate interpreter: the JVM version is read from a session of its own, so
-    # this test neither depends on nor disturbs the suite's shared SparkSession.
-    env = dict(os.environ, SPARK_LOCAL_IP=os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
-               PYSPARK_PYTHON=sys.executable)
-    result = subprocess.run([sys.executable, "-c", _SESSION_VERSION], capture_output=True,
-                            text=True, timeout=300, env=env)
-    assert result.returncode == 0, result.stderr[-3000:]
-    python_version, session_version, jvm_version = result.stdout.split()[-3:]
+    # The suite's shared SparkSession (started here if no test has started it yet): its JVM
+    # runs the jars on disk, so a second JVM only to read a version would add nothing.
+    import pyspark
+
+    from pylog.testing.spark import local_spark
+
+    spark = local_spark()
+    python_version = pyspark.__version__
     assert python_version == metadata.version("pyspark")
-    assert session_version == python_version
-    assert jvm_version == python_version
+    assert spark.version == python_version
+    assert spark.sparkContext._jvm.org.apache.spark.package.SPARK_VERSION() == python_version
