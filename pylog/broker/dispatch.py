@@ -12,12 +12,19 @@
 It raises ``CloseConnection`` for requests that cannot be answered on this connection
 (unknown API key, unsupported version, malformed or truncated frame), so the caller
 closes that connection and only that one.
+
+SASL (:mod:`pylog.security.sasl`): on a SASL listener a session starts unauthenticated,
+and any request but ApiVersions, SaslHandshake and SaslAuthenticate closes it, as in
+Kafka. SaslHandshake/SaslAuthenticate go to the session's authenticator; after a v0
+handshake the next frames are raw SASL tokens, answered without a header. A refused
+authentication is answered with ``Reply.close_after`` set.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import struct
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -29,6 +36,7 @@ from pylog.broker.partitions import PartitionLogs
 from pylog.broker.produce import ProduceWork, handle_produce
 from pylog.broker.replication_handlers import handle_offset_for_leader_epoch
 from pylog.broker.session import Session
+from pylog.security.sasl import SaslRefused, SaslService, sasl_disabled_answer
 from pylog.errors import InvalidRequestError, UnsupportedVersionError
 from pylog.protocol import (
     MESSAGES, ApiKey, decode_request, encode_response_chunks, peek_header)
@@ -61,7 +69,15 @@ SERVED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_CONFIGS: (0, 4),
     ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.SASL_HANDSHAKE: (0, 1),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
+# What a session of a SASL listener may send before it has authenticated.
+BEFORE_AUTHENTICATION = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE,
+                                   ApiKey.SASL_AUTHENTICATE})
+SASL_APIS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 UNSUPPORTED_VERSION = UnsupportedVersionError.errno
 
 
@@ -73,6 +89,7 @@ class CloseConnection(Exception):
 class Reply:
     chunks: list  # bytes and FileRegion objects, in wire order
     size: int
+    close_after: bool = False  # close the connection once this is sent (failed SASL)
 
 
 @dataclass
@@ -131,19 +148,28 @@ class Dispatcher:
 
     def __init__(self, admin: AdminHandlers, logs: PartitionLogs,
                  clock: Callable[[], float] = time.monotonic,
-                 groups: GroupHandlers | None = None) -> None:
+                 groups: GroupHandlers | None = None, sasl: SaslService | None = None) -> None:
         self.admin = admin
         self.logs = logs
         self.clock = clock
         self.groups = groups
+        self.sasl = sasl
 
     def dispatch(self, payload, session: Session | None = None) -> Reply | Parked | None:
         """Handle one request frame from the connection of ``session``."""
         session = session or Session("")
+        if session.sasl is not None and session.sasl.expects_raw_token:
+            return self._raw_sasl_token(session, payload)
         try:
             api_key, version, correlation_id = peek_header(payload)
         except InvalidRequestError:
             raise CloseConnection(f"request of {len(payload)} bytes is too short for a header")
+        if not session.authenticated and api_key not in BEFORE_AUTHENTICATION:
+            raise CloseConnection(f"{_api_name(api_key)} request before SASL authentication "
+                                  f"on the {session.listener} listener")
+        if session.sasl is not None and session.sasl.expired() and api_key not in SASL_APIS:
+            raise CloseConnection("SASL session expired without re-authentication "
+                                  "(connections.max.reauth.ms)")
         if api_key == ApiKey.API_VERSIONS and not self._served(api_key, version):
             return self._api_versions_fallback(correlation_id)
         if api_key not in MESSAGES:
@@ -159,11 +185,15 @@ class Dispatcher:
             raise CloseConnection(f"malformed {MESSAGES[api_key].name} v{version}: {error}") \
                 from None
         with _one_line_failures(api_key, version):
+            if api_key in SASL_APIS:
+                return self._sasl_exchange(session, api_key, version, correlation_id,
+                                           request.body)
             if api_key in GROUP_APIS and self.groups is not None:
                 body = self.groups.handle(api_key, version, request.body,
-                                          request.header.client_id, session.client_host)
+                                          request.header.client_id, session.client_host,
+                                          session.listener)
             else:
-                body = self._handle(api_key, version, request.body)
+                body = self._handle(api_key, version, request.body, session)
             if body is None:
                 return None
             if isinstance(body, FetchWork):
@@ -174,6 +204,24 @@ class Dispatcher:
                 return Parked(body, version, correlation_id, api_key)
             return _reply(api_key, version, correlation_id, body)
 
+    def _sasl_exchange(self, session: Session, api_key: int, version: int,
+                       correlation_id: int, body: dict) -> Reply:
+        if self.sasl is None:
+            answer, close = sasl_disabled_answer(api_key, session.listener), False
+        else:
+            answer, close = self.sasl.handle(session, api_key, version, body)
+        reply = _reply(api_key, version, correlation_id, answer)
+        reply.close_after = close
+        return reply
+
+    def _raw_sasl_token(self, session: Session, payload) -> Reply:
+        """A SASL token framed without a request header (after SaslHandshake v0)."""
+        try:
+            token = self.sasl.raw_token(session, bytes(payload))
+        except SaslRefused as refusal:
+            raise CloseConnection(str(refusal)) from None
+        return Reply([struct.pack(">i", len(token)) + token], 4 + len(token))
+
     def _served(self, api_key: int, version: int) -> bool:
         low, high = SERVED_VERSIONS.get(api_key, (0, -1))
         return low <= version <= high
@@ -183,7 +231,7 @@ class Dispatcher:
         reply = parked.attempt(final=work.deadline <= self.clock())
         return parked if reply is None else reply
 
-    def _handle(self, api_key: int, version: int, body: dict):
+    def _handle(self, api_key: int, version: int, body: dict, session: Session):
         if api_key == ApiKey.PRODUCE:
             return handle_produce(body, version, self.logs, self.clock())
         if api_key == ApiKey.FETCH:
@@ -191,7 +239,7 @@ class Dispatcher:
         if api_key == ApiKey.LIST_OFFSETS:
             return handle_list_offsets(body, version, self.logs)
         if api_key == ApiKey.METADATA:
-            return self.admin.metadata_request(body, version)
+            return self.admin.metadata_request(body, version, session.listener)
         if api_key == ApiKey.API_VERSIONS:
             return api_versions_body(0)
         if api_key == ApiKey.CREATE_TOPICS:
@@ -210,11 +258,19 @@ class Dispatcher:
             return self.admin.configs.alter_configs(body, version)
         if api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS:
             return self.admin.configs.incremental_alter_configs(body, version)
+        if api_key == ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS and self.sasl is not None:
+            return self.sasl.describe_user_scram_credentials(body)
+        if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS and self.sasl is not None:
+            return self.sasl.alter_user_scram_credentials(body)
         raise CloseConnection(f"{MESSAGES[api_key].name} is not served")
 
     def _api_versions_fallback(self, correlation_id: int) -> Reply:
         """Unsupported ApiVersions version: error 35 with a v0 body listing our ranges."""
         return _reply(ApiKey.API_VERSIONS, 0, correlation_id, api_versions_body(UNSUPPORTED_VERSION))
+
+
+def _api_name(api_key: int) -> str:
+    return MESSAGES[api_key].name if api_key in MESSAGES else f"api key {api_key}"
 
 
 def api_versions_body(error_code: int) -> dict:

@@ -8,6 +8,10 @@ and the authorizer read it, and group handlers report ``client_host`` as Kafka d
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pylog.security.sasl import SaslAuthenticator
 
 ANONYMOUS = "User:ANONYMOUS"
 
@@ -19,6 +23,7 @@ class Session:
     security_protocol: str = "PLAINTEXT"  # PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL
     principal: str = ANONYMOUS  # "User:<name>" once authenticated
     authenticated: bool = True  # a SASL listener's sessions start False
+    sasl: SaslAuthenticator | None = None  # the SASL exchange, once one started
 
     @property
     def client_host(self) -> str:

@@ -106,13 +106,17 @@ def read_checkpoint_lines(path: Path) -> list[str] | None:
     return lines[2:]
 
 
-def write_text_atomically(path: Path, text: str) -> None:
+def write_text_atomically(path: Path, text: str, mode: int | None = None) -> None:
     """Replace ``path`` with ``text``: write ``<name>.tmp``, fsync, rename, fsync the directory.
 
-    A crash at any point leaves either the old file or the new one, never a mix.
+    A crash at any point leaves either the old file or the new one, never a mix. ``mode``
+    (e.g. ``0o600`` for credentials) is set on the temporary file before anything is
+    written to it.
     """
     temp = path.with_name(path.name + TEMP_SUFFIX)
     with open(temp, "w", encoding="utf-8") as f:
+        if mode is not None:
+            os.fchmod(f.fileno(), mode)
         f.write(text)
         f.flush()
         os.fsync(f.fileno())

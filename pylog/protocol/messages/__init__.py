@@ -14,6 +14,8 @@ from pylog.protocol.messages.groups import (
 from pylog.protocol.messages.metadata import API_VERSIONS, METADATA
 from pylog.protocol.messages.produce import INIT_PRODUCER_ID, PRODUCE
 from pylog.protocol.messages.replication import CREATE_PARTITIONS, OFFSET_FOR_LEADER_EPOCH
+from pylog.protocol.messages.scram import (
+    ALTER_USER_SCRAM_CREDENTIALS, DESCRIBE_USER_SCRAM_CREDENTIALS)
 from pylog.protocol.schema import Message
 
 
@@ -44,6 +46,8 @@ class ApiKey(enum.IntEnum):
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
 
 
 MESSAGES: dict[int, Message] = {m.key: m for m in (
@@ -51,6 +55,7 @@ MESSAGES: dict[int, Message] = {m.key: m for m in (
     JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS,
     SASL_HANDSHAKE, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID,
     OFFSET_FOR_LEADER_EPOCH, DESCRIBE_CONFIGS, SASL_AUTHENTICATE, CREATE_PARTITIONS,
-    DELETE_GROUPS, OFFSET_DELETE, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS)}
+    DELETE_GROUPS, OFFSET_DELETE, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS,
+    DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS)}
 
 assert set(MESSAGES) == set(ApiKey), "ApiKey and MESSAGES must list the same APIs"
