@@ -190,10 +190,9 @@ class Dispatcher:
                                            request.body)
             if api_key in GROUP_APIS and self.groups is not None:
                 body = self.groups.handle(api_key, version, request.body,
-                                          request.header.client_id, session.client_host,
-                                          session.listener)
+                                          request.header.client_id, session.client_host)
             else:
-                body = self._handle(api_key, version, request.body, session)
+                body = self._handle(api_key, version, request.body)
             if body is None:
                 return None
             if isinstance(body, FetchWork):
@@ -231,7 +230,7 @@ class Dispatcher:
         reply = parked.attempt(final=work.deadline <= self.clock())
         return parked if reply is None else reply
 
-    def _handle(self, api_key: int, version: int, body: dict, session: Session):
+    def _handle(self, api_key: int, version: int, body: dict):
         if api_key == ApiKey.PRODUCE:
             return handle_produce(body, version, self.logs, self.clock())
         if api_key == ApiKey.FETCH:
@@ -239,7 +238,7 @@ class Dispatcher:
         if api_key == ApiKey.LIST_OFFSETS:
             return handle_list_offsets(body, version, self.logs)
         if api_key == ApiKey.METADATA:
-            return self.admin.metadata_request(body, version, session.listener)
+            return self.admin.metadata_request(body, version)
         if api_key == ApiKey.API_VERSIONS:
             return api_versions_body(0)
         if api_key == ApiKey.CREATE_TOPICS:
