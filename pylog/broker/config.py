@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from pylog.errors import ConfigError
 from pylog.log import LogConfig
+from pylog.security.authorizer import check_class_name, parse_super_users
 from pylog.log.cleaner_manager import CleanerConfig
 from pylog.log.config import parse_cleanup_policy
 
@@ -134,6 +135,11 @@ _SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
     "zookeeper.connect": (_str, None, "host:port[,host:port][/chroot]; set for cluster mode"),
     "zookeeper.session.timeout.ms": (_int, 18000, "ZooKeeper session timeout"),
     "zookeeper.connection.timeout.ms": (_int, 18000, "wait this long for the first connection"),
+    "authorizer.class.name": (_str, "", "set (e.g. kafka.security.authorizer.AclAuthorizer) "
+                                        "to check every request against ACLs"),
+    "super.users": (_str, None, "User:a;User:b: principals the authorizer lets do anything"),
+    "allow.everyone.if.no.acl.found": (_bool, False,
+                                       "allow requests on resources that have no ACL"),
 }
 
 
@@ -205,6 +211,8 @@ class BrokerConfig:
                               f"max.partitions.per.topic={self['max.partitions.per.topic']}")
         if self["broker.id"] < 0:
             raise ConfigError("broker.id", "must not be negative")
+        check_class_name(self["authorizer.class.name"])
+        parse_super_users(self["super.users"])
         self.listener  # parses and checks
         if self["advertised.listeners"]:
             self._parse_listener("advertised.listeners")

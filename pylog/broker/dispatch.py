@@ -29,7 +29,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from pylog.broker.acl_handlers import AclHandlers
 from pylog.broker.admin import AdminHandlers
+from pylog.broker.authorization import RequestAuthorization
 from pylog.broker.fetch import FetchWork, close_regions, handle_list_offsets, start_fetch
 from pylog.broker.groups import GROUP_APIS, GroupHandlers, GroupWork
 from pylog.broker.partitions import PartitionLogs
@@ -69,6 +71,9 @@ SERVED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_CONFIGS: (0, 4),
     ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.DESCRIBE_ACLS: (0, 3),
+    ApiKey.CREATE_ACLS: (0, 3),
+    ApiKey.DELETE_ACLS: (0, 3),
     ApiKey.SASL_HANDSHAKE: (0, 1),
     ApiKey.SASL_AUTHENTICATE: (0, 2),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
@@ -101,6 +106,7 @@ class Parked:
     api_version: int
     correlation_id: int
     api_key: int = ApiKey.FETCH
+    finish: Callable[[dict], dict] | None = None  # puts back what authorization refused
 
     @property
     def deadline(self) -> float:
@@ -115,6 +121,8 @@ class Parked:
             body = self.work.attempt(final)
             if body is None:
                 return None
+            if self.finish is not None:
+                body = self.finish(body)
             return _reply(self.api_key, self.api_version, self.correlation_id, body)
 
 
@@ -148,12 +156,16 @@ class Dispatcher:
 
     def __init__(self, admin: AdminHandlers, logs: PartitionLogs,
                  clock: Callable[[], float] = time.monotonic,
-                 groups: GroupHandlers | None = None, sasl: SaslService | None = None) -> None:
+                 groups: GroupHandlers | None = None, sasl: SaslService | None = None,
+                 authorization: RequestAuthorization | None = None,
+                 acls: AclHandlers | None = None) -> None:
         self.admin = admin
         self.logs = logs
         self.clock = clock
         self.groups = groups
         self.sasl = sasl
+        self.authorization = authorization  # None: every request is allowed
+        self.acls = acls or AclHandlers(None)
 
     def dispatch(self, payload, session: Session | None = None) -> Reply | Parked | None:
         """Handle one request frame from the connection of ``session``."""
@@ -188,19 +200,30 @@ class Dispatcher:
             if api_key in SASL_APIS:
                 return self._sasl_exchange(session, api_key, version, correlation_id,
                                            request.body)
+            request_body, finish = request.body, None
+            if self.authorization is not None:
+                verdict = self.authorization.check(api_key, version, request_body, session)
+                if verdict.close is not None:
+                    raise CloseConnection(verdict.close)
+                if verdict.response is not None:
+                    return _reply(api_key, version, correlation_id, verdict.response)
+                request_body, finish = verdict.body, verdict.finish
             if api_key in GROUP_APIS and self.groups is not None:
-                body = self.groups.handle(api_key, version, request.body,
-                                          request.header.client_id, session.client_host)
+                body = self.groups.handle(api_key, version, request_body,
+                                          request.header.client_id, session.client_host,
+                                          session.listener)
             else:
-                body = self._handle(api_key, version, request.body)
+                body = self._handle(api_key, version, request_body, session)
             if body is None:
                 return None
             if isinstance(body, FetchWork):
-                return self._first_attempt(body, version, correlation_id)
+                return self._first_attempt(body, version, correlation_id, finish)
             if isinstance(body, ProduceWork):
-                return Parked(body, version, correlation_id, ApiKey.PRODUCE)
+                return Parked(body, version, correlation_id, ApiKey.PRODUCE, finish)
             if isinstance(body, GroupWork):
-                return Parked(body, version, correlation_id, api_key)
+                return Parked(body, version, correlation_id, api_key, finish)
+            if finish is not None:
+                body = finish(body)
             return _reply(api_key, version, correlation_id, body)
 
     def _sasl_exchange(self, session: Session, api_key: int, version: int,
@@ -225,12 +248,13 @@ class Dispatcher:
         low, high = SERVED_VERSIONS.get(api_key, (0, -1))
         return low <= version <= high
 
-    def _first_attempt(self, work: FetchWork, version: int, correlation_id: int):
-        parked = Parked(work, version, correlation_id)
+    def _first_attempt(self, work: FetchWork, version: int, correlation_id: int,
+                       finish: Callable[[dict], dict] | None = None):
+        parked = Parked(work, version, correlation_id, finish=finish)
         reply = parked.attempt(final=work.deadline <= self.clock())
         return parked if reply is None else reply
 
-    def _handle(self, api_key: int, version: int, body: dict):
+    def _handle(self, api_key: int, version: int, body: dict, session: Session):
         if api_key == ApiKey.PRODUCE:
             return handle_produce(body, version, self.logs, self.clock())
         if api_key == ApiKey.FETCH:
@@ -238,7 +262,7 @@ class Dispatcher:
         if api_key == ApiKey.LIST_OFFSETS:
             return handle_list_offsets(body, version, self.logs)
         if api_key == ApiKey.METADATA:
-            return self.admin.metadata_request(body, version)
+            return self.admin.metadata_request(body, version, session.listener)
         if api_key == ApiKey.API_VERSIONS:
             return api_versions_body(0)
         if api_key == ApiKey.CREATE_TOPICS:
@@ -257,6 +281,12 @@ class Dispatcher:
             return self.admin.configs.alter_configs(body, version)
         if api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS:
             return self.admin.configs.incremental_alter_configs(body, version)
+        if api_key == ApiKey.DESCRIBE_ACLS:
+            return self.acls.describe_acls(body, version)
+        if api_key == ApiKey.CREATE_ACLS:
+            return self.acls.create_acls(body, version)
+        if api_key == ApiKey.DELETE_ACLS:
+            return self.acls.delete_acls(body, version)
         if api_key == ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS and self.sasl is not None:
             return self.sasl.describe_user_scram_credentials(body)
         if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS and self.sasl is not None:

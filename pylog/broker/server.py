@@ -18,7 +18,9 @@ import threading
 import time
 from typing import Callable
 
+from pylog.broker.acl_handlers import AclHandlers
 from pylog.broker.admin import AdminHandlers
+from pylog.broker.authorization import RequestAuthorization
 from pylog.broker.budget import RequestBudget
 from pylog.broker.config import BrokerConfig
 from pylog.broker.dispatch import Dispatcher
@@ -32,6 +34,7 @@ from pylog.cluster.standalone import StandaloneMetadata
 from pylog.coordinator.coordinator import GroupCoordinator
 from pylog.errors import ConfigError
 from pylog.log import LogManager
+from pylog.security.authorizer import AclAuthorizer, build_authorizer
 from pylog.types import BrokerEndpoint
 
 log = logging.getLogger(__name__)
@@ -79,6 +82,7 @@ class Broker:
         self.manager: LogManager | None = None
         self.replicas: ReplicaManager | None = None
         self.coordinator: GroupCoordinator | None = None
+        self.authorizer: AclAuthorizer | None = None
         self._server: socket.socket | None = None
         self._processors: list[Processor] = []
         self._acceptor: Acceptor | None = None
@@ -146,6 +150,7 @@ class Broker:
                                             self.clock, wall_ms=self.wall_ms).start()
         dispatcher = Dispatcher(AdminHandlers(config, self.metadata, logs), logs, self.clock,
                                 GroupHandlers(self.coordinator, self.clock))
+        self._start_authorizer(dispatcher)
         budget = RequestBudget(config["queued.max.request.bytes"])
         self._processors = [
             Processor(i, dispatcher, config["socket.request.max.bytes"], waiters.add,
@@ -202,7 +207,23 @@ class Broker:
                     "anyway", len(self.replicas.movable_leaderships()),
                     self.config["controlled.shutdown.timeout.ms"])
 
+    def _start_authorizer(self, dispatcher: Dispatcher) -> None:
+        """With ``authorizer.class.name`` set, check every request against the ACLs."""
+        config = self.config
+        self.authorizer = build_authorizer(
+            config["authorizer.class.name"], config["super.users"],
+            config["allow.everyone.if.no.acl.found"], config.log_dirs[0],
+            config["zookeeper.connect"], config["zookeeper.session.timeout.ms"],
+            config["zookeeper.connection.timeout.ms"])
+        if self.authorizer is not None:
+            dispatcher.authorization = RequestAuthorization(self.authorizer, self.metadata,
+                                                            config)
+            dispatcher.acls = AclHandlers(self.authorizer)
+
     def _close_storage(self) -> None:
+        if self.authorizer is not None:
+            self.authorizer.close()
+            self.authorizer = None
         if self.coordinator is not None:
             self.coordinator.stop()
             self.coordinator = None
