@@ -28,13 +28,15 @@ class Admin:
 
     Errors come from the broker's answer: TopicAlreadyExistsError, InvalidPartitionsError,
     InvalidReplicationFactorError, InvalidConfigError, UnknownTopicOrPartitionError;
-    NetworkExceptionError when no broker is reachable.
+    NetworkExceptionError when no broker is reachable. ``security``: librdkafka-named
+    security settings (a mapping or a :class:`~pylog.client.security.SecurityConfig`;
+    default PLAINTEXT).
     """
 
     def __init__(self, bootstrap_servers: str | list[str], client_id: str = "pylog",
-                 request_timeout_ms: int = 30000) -> None:
+                 request_timeout_ms: int = 30000, *, security=None) -> None:
         self._network = NetworkClient(bootstrap_servers, client_id=client_id,
-                                      request_timeout_ms=request_timeout_ms)
+                                      request_timeout_ms=request_timeout_ms, security=security)
         self._timeout_ms = request_timeout_ms
 
     def _controller_request(self, api_key: int, body) -> dict:

@@ -7,6 +7,14 @@ state) and raises a retriable error: NetworkExceptionError or RequestTimedOutErr
 
 Responses on one connection come back in request order, so callers may pipeline:
 ``send()`` several requests, then ``receive()`` each in turn while holding ``lock``.
+
+Security (``security``, a :class:`~pylog.client.security.SecurityConfig`): with SSL or
+SASL_SSL the socket is wrapped in TLS before anything is sent (the broker's host name
+checked unless ``ssl.endpoint.identification.algorithm=none``); with SASL_PLAINTEXT or
+SASL_SSL the connection authenticates right after ApiVersions (SaslHandshake v1, then
+SaslAuthenticate: PLAIN, or SCRAM through ``scramp``). A refused login raises
+SaslAuthenticationFailedError, which is not retriable; a failed TLS handshake is a
+NetworkExceptionError naming the reason.
 """
 
 from __future__ import annotations
@@ -14,11 +22,14 @@ from __future__ import annotations
 import itertools
 import logging
 import socket
+import ssl
 import struct
 import threading
 from dataclasses import dataclass
 from typing import Any
 
+from pylog.client.sasl import authenticate
+from pylog.client.security import SecurityConfig
 from pylog.errors import (
     NetworkExceptionError,
     RequestTimedOutError,
@@ -55,6 +66,10 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.SASL_HANDSHAKE: (1, 1),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 
@@ -71,11 +86,12 @@ class BrokerConnection:
     """A blocking connection to ``host:port`` with timeouts on every call."""
 
     def __init__(self, host: str, port: int, *, client_id: str = "pylog",
-                 timeout_s: float = 30.0) -> None:
+                 timeout_s: float = 30.0, security=None) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
         self.timeout_s = timeout_s
+        self.security = SecurityConfig.coerce(security)
         self.lock = threading.RLock()
         self._sock: socket.socket | None = None
         self._correlation = itertools.count(1)
@@ -100,12 +116,40 @@ class BrokerConnection:
                 raise NetworkExceptionError(f"cannot connect to {self.address}: {_reason(exc)}") from None
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.settimeout(self.timeout_s)
+            if self.security.uses_tls:
+                sock = self._wrap_tls(sock)
             self._sock = sock
             try:
                 self._versions = self._negotiate_versions()
+                if self.security.uses_sasl:
+                    authenticate(self, self.security)
             except BaseException:
                 self.close()
                 raise
+
+    def _wrap_tls(self, sock: socket.socket) -> ssl.SSLSocket:
+        context = self.security.ssl_context()
+        try:
+            return context.wrap_socket(sock, server_hostname=self.host)
+        except (OSError, ssl.SSLError) as exc:
+            sock.close()
+            if isinstance(exc, (socket.timeout, TimeoutError)):
+                raise RequestTimedOutError(f"TLS handshake with {self.address} took more than "
+                                           f"{self.timeout_s:g}s") from None
+            reason = getattr(exc, "verify_message", None) or getattr(exc, "reason", None) \
+                or _reason(exc)
+            raise NetworkExceptionError(f"TLS handshake with {self.address} failed: "
+                                        f"{reason}") from None
+
+    @property
+    def versions(self) -> dict[int, tuple[int, int]]:
+        """The broker's (min, max) version of each API it advertised."""
+        return self._versions
+
+    def roundtrip(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        """One request at an explicit version on the open socket (no connect()): for the
+        SASL exchange that runs inside connect()."""
+        return self._roundtrip(api_key, version, body)
 
     def _negotiate_versions(self) -> dict[int, tuple[int, int]]:
         # v3 first. A server that does not know v3 answers error 35; the error code sits

@@ -41,7 +41,9 @@ class SimpleConsumer:
     Parameters: ``bootstrap_servers`` ("host:port,..." or a list), ``client_id``,
     ``request_timeout_ms`` (every network call), ``metadata_max_age_ms``, ``retries`` and
     ``retry_backoff_ms`` for retriable errors, ``isolation_level`` ("read_uncommitted" or
-    "read_committed"). Errors: UnknownTopicOrPartitionError,
+    "read_committed"), ``security``: librdkafka-named security settings (a mapping or a
+    :class:`~pylog.client.security.SecurityConfig`; default PLAINTEXT).
+    Errors: UnknownTopicOrPartitionError, SaslAuthenticationFailedError,
     OffsetOutOfRange, NetworkExceptionError (no broker reachable), RequestTimedOutError.
     """
 
@@ -49,14 +51,14 @@ class SimpleConsumer:
                  request_timeout_ms: int = 30000, metadata_max_age_ms: int = 300000, *,
                  retries: int = 5, retry_backoff_ms: int = 100,
                  sleep: Callable[[float], None] = time.sleep,
-                 isolation_level: str = READ_UNCOMMITTED) -> None:
+                 isolation_level: str = READ_UNCOMMITTED, security=None) -> None:
         if isolation_level not in ISOLATION_LEVELS:
             raise ConfigError("isolation_level", f"{isolation_level!r} is not one of "
                                                  f"{', '.join(ISOLATION_LEVELS)}")
         self._isolation = ISOLATION_LEVELS[isolation_level]
         self._network = NetworkClient(bootstrap_servers, client_id=client_id,
                                       request_timeout_ms=request_timeout_ms,
-                                      metadata_max_age_ms=metadata_max_age_ms)
+                                      metadata_max_age_ms=metadata_max_age_ms, security=security)
         self._retries = retries
         self._backoff_s = retry_backoff_ms / 1000
         self._sleep = sleep

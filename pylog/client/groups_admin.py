@@ -156,7 +156,8 @@ class GroupsAdmin:
 
     Parameters: ``bootstrap_servers``, ``client_id``, ``request_timeout_ms`` (every network
     call), ``attempts`` for retriable errors (coordinator moving or loading, leader
-    changes) and ``sleep`` between them. Errors are KafkaError subclasses: for example
+    changes) and ``sleep`` between them, ``security``: librdkafka-named security settings (a mapping or a
+    :class:`~pylog.client.security.SecurityConfig`; default PLAINTEXT). Errors are KafkaError subclasses: for example
     GroupIdNotFoundError, NonEmptyGroupError, UnknownTopicOrPartitionError,
     UnsupportedVersionError (a broker without the API), NetworkExceptionError (no broker
     reachable).
@@ -164,9 +165,9 @@ class GroupsAdmin:
 
     def __init__(self, bootstrap_servers: str | list[str], client_id: str = "pylog",
                  request_timeout_ms: int = 30000, *, attempts: int = 3,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, security=None) -> None:
         self._network = NetworkClient(bootstrap_servers, client_id=client_id,
-                                      request_timeout_ms=request_timeout_ms)
+                                      request_timeout_ms=request_timeout_ms, security=security)
         self._attempts = attempts
         self._sleep = sleep
         self._lister = OffsetLister(self._network, self._retry)

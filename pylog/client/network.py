@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from pylog.client.connection import BrokerConnection
+from pylog.client.security import SecurityConfig
 from pylog.client.metadata import EMPTY_SNAPSHOT, ClusterSnapshot, TopicMetadata
 from pylog.errors import (
     ConfigError,
@@ -56,8 +57,10 @@ class NetworkClient:
     def __init__(self, bootstrap_servers: str | Iterable[str], *, client_id: str = "pylog",
                  request_timeout_ms: int = 30000, metadata_max_age_ms: int = 300000,
                  allow_auto_topic_creation: bool = False,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 security: SecurityConfig | Mapping[str, object] | None = None) -> None:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self.security = SecurityConfig.coerce(security)
         if request_timeout_ms <= 0:
             raise ConfigError("request_timeout_ms", f"must be positive, got {request_timeout_ms}")
         self.client_id = client_id
@@ -77,7 +80,8 @@ class NetworkClient:
         with self._lock:
             conn = self._connections.get((host, port))
             if conn is None:
-                conn = BrokerConnection(host, port, client_id=self.client_id, timeout_s=self.timeout_s)
+                conn = BrokerConnection(host, port, client_id=self.client_id,
+                                        timeout_s=self.timeout_s, security=self.security)
                 self._connections[(host, port)] = conn
             return conn
 

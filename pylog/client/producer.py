@@ -45,7 +45,9 @@ class Producer:
     ``request_timeout_ms`` for every network call; ``partitioner`` (see
     :mod:`pylog.client.partitioner`); ``max_in_flight`` requests per broker connection;
     ``buffer_memory`` bytes may wait unsent before ``send`` blocks (at most
-    ``max_block_ms``); ``delivery_timeout_ms`` bounds the time from send to result.
+    ``max_block_ms``); ``delivery_timeout_ms`` bounds the time from send to result;
+    ``security``: librdkafka-named security settings (a mapping or a
+    :class:`~pylog.client.security.SecurityConfig`; default PLAINTEXT).
     Bad settings raise ConfigError naming the setting.
     """
 
@@ -56,7 +58,8 @@ class Producer:
                  buffer_memory: int = 32 * 1024 * 1024, max_block_ms: int = 60000,
                  delivery_timeout_ms: int = 120000, metadata_max_age_ms: int = 300000,
                  clock: Callable[[], float] = time.monotonic,
-                 wall_clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000) -> None:
+                 wall_clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+                 security=None) -> None:
         self.acks = _parse_acks(acks)
         for key, value in (("linger_ms", linger_ms), ("retries", retries),
                            ("retry_backoff_ms", retry_backoff_ms)):
@@ -70,7 +73,8 @@ class Producer:
         self._network = NetworkClient(bootstrap_servers, client_id=client_id,
                                       request_timeout_ms=request_timeout_ms,
                                       metadata_max_age_ms=metadata_max_age_ms,
-                                      allow_auto_topic_creation=True, clock=clock)
+                                      allow_auto_topic_creation=True, clock=clock,
+                                      security=security)
         self._partitioner = as_partitioner(partitioner)
         self._clock = clock
         self._wall_clock_ms = wall_clock_ms
