@@ -182,6 +182,8 @@ class GroupCoordinator:
                 return None, COORDINATOR_LOAD_IN_PROGRESS
             return None, NOT_COORDINATOR
         group = self.groups.get(group_id)
+        if group is not None:
+            self.membership.run_timers(group, self.clock())
         if group is None and create:
             group = Group(group_id, partition, state_timestamp_ms=self.wall_ms())
             self.groups[group_id] = group

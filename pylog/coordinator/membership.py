@@ -440,21 +440,28 @@ class Membership:
     def tick(self, now: float) -> None:
         """Expire silent members and pending ids; finish joins and syncs that are due."""
         for group in self.coordinator.owned_groups():
-            for member_id, expiry in list(group.pending_members.items()):
-                if now >= expiry:
-                    del group.pending_members[member_id]
-            for member in [m for m in group.members.values() if m.expired(now)]:
-                log.info("group %s: member %s expired after %d ms without a heartbeat",
-                         group.group_id, member.member_id, member.session_timeout_ms)
-                self._remove_and_rebalance(group, member, "a member's session expired")
-            if group.state is GroupState.COMPLETING_REBALANCE and not group.syncing \
-                    and now >= group.sync_deadline:
-                for member in [m for m in group.members.values() if m.awaiting_sync is None]:
-                    log.info("group %s: member %s sent no SyncGroup in time", group.group_id,
-                             member.member_id)
-                    self._remove(group, member)
-                self._prepare_rebalance(group, "members did not sync in time")
-            self._maybe_complete_join(group)
+            self.run_timers(group, now)
+
+    def run_timers(self, group: Group, now: float) -> None:
+        """The group's timers that are due. The coordinator's thread runs them every tick,
+        and ``lookup`` before any request reads the group: Kafka's timers fire on their
+        deadline, so a request sent just after a session ran out (DeleteGroups after the
+        last static member's session) must not find the member still there."""
+        for member_id, expiry in list(group.pending_members.items()):
+            if now >= expiry:
+                del group.pending_members[member_id]
+        for member in [m for m in group.members.values() if m.expired(now)]:
+            log.info("group %s: member %s expired after %d ms without a heartbeat",
+                     group.group_id, member.member_id, member.session_timeout_ms)
+            self._remove_and_rebalance(group, member, "a member's session expired")
+        if group.state is GroupState.COMPLETING_REBALANCE and not group.syncing \
+                and now >= group.sync_deadline:
+            for member in [m for m in group.members.values() if m.awaiting_sync is None]:
+                log.info("group %s: member %s sent no SyncGroup in time", group.group_id,
+                         member.member_id)
+                self._remove(group, member)
+            self._prepare_rebalance(group, "members did not sync in time")
+        self._maybe_complete_join(group)
 
     def persist_group(self, group: Group, assignments: dict[str, bytes] | None,
                       on_done) -> None:

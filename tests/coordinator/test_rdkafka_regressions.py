@@ -6,8 +6,10 @@ confluent-kafka against a real broker process, and checks the answer Kafka gives
 
 from __future__ import annotations
 
+import time
+
 import confluent_kafka
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from pylog.testing.broker import broker_fixture
@@ -36,3 +38,29 @@ def test_keyless_records_to_a_compacted_topic_fail_alone(broker):
     assert producer.flush(15) == 0
     assert outcomes.count(KafkaError.INVALID_RECORD) == 2
     assert outcomes.count(KafkaError._INVALID_DIFFERENT_RECORD) == 18
+
+
+def test_a_static_members_session_ends_on_time_for_delete_groups(broker):
+    """0081 (DescribeConsumerGroups): a static member closes without leaving; a
+    DeleteGroups sent just after its session ran out finds the group empty, because
+    Kafka's session timer fires on its deadline (pylog's timer thread ticks every 50 ms,
+    so the request must not see a member whose time is up)."""
+    create_topic(broker.bootstrap, "static-delete")
+    session_ms = 1000
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": broker.bootstrap, "group.id": "static-delete",
+        "group.instance.id": "instance-0", "session.timeout.ms": session_ms,
+        "heartbeat.interval.ms": 200, "log_level": 3})
+    consumer.subscribe(["static-delete"])
+    deadline = time.monotonic() + 15
+    while not consumer.assignment() and time.monotonic() < deadline:
+        consumer.poll(0.1)
+    assert consumer.assignment()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.list_consumer_groups().result(10)  # connected before the clock matters
+    # A commit restarts the session, as librdkafka's commit on close does in 0081.
+    consumer.commit(offsets=[TopicPartition("static-delete", 0, 0)], asynchronous=False)
+    consumer.close()  # a static member sends no LeaveGroup
+    closed = time.monotonic()
+    time.sleep(max(0.0, closed + session_ms / 1000 + 0.003 - time.monotonic()))
+    admin.delete_consumer_groups(["static-delete"])["static-delete"].result(10)
