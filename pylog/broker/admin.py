@@ -18,7 +18,8 @@ from pylog.cluster.metadata import NO_LEADER, ClusterMetadata
 from pylog.cluster.placement import INTERNAL_TOPICS, check_partition_growth, validate_topic_name
 from pylog.errors import (
     ConfigError, CoordinatorNotAvailableError, InvalidConfigError, InvalidPartitionsError, InvalidReplicaAssignmentError,
-    InvalidTopicError, KafkaError, LeaderNotAvailableError, TopicAlreadyExistsError,
+    InvalidTopicError, KafkaError, LeaderNotAvailableError, ListenerNotFoundError,
+    TopicAlreadyExistsError,
     TopicDeletionDisabledError, UnknownTopicIdError, UnknownTopicOrPartitionError)
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,7 @@ LEADER_NOT_AVAILABLE = LeaderNotAvailableError.errno
 UNKNOWN_TOPIC_OR_PARTITION = UnknownTopicOrPartitionError.errno
 INVALID_TOPIC = InvalidTopicError.errno
 UNKNOWN_TOPIC_ID = UnknownTopicIdError.errno
+LISTENER_NOT_FOUND = ListenerNotFoundError.errno
 
 
 def _unknown_topic_id(topic_id, version: int) -> dict:
@@ -51,26 +53,32 @@ class AdminHandlers:
 
     # -- Metadata -----------------------------------------------------------------------
 
-    def metadata_request(self, body: dict, version: int) -> dict:
+    def metadata_request(self, body: dict, version: int, listener: str | None = None) -> dict:
+        """Metadata with the brokers' addresses on ``listener``, the listener the client
+        came in on (brokers without it are left out, as Kafka does)."""
+        live = self.metadata.brokers()
+        reachable = [b for b in (b.on_listener(listener) if listener else b for b in live) if b]
         requested = body["topics"]
         if requested is None or (version == 0 and not requested):
             requested = [{"name": name} for name in sorted(self.metadata.topics())]
         allow_create = (self.config["auto.create.topics.enable"]
                         and (version < 4 or body["allow_auto_topic_creation"]))
-        topics = [self._topic_metadata(t["name"], allow_create) if t["name"] is not None
+        unreachable = {b.broker_id for b in live} - {b.broker_id for b in reachable}
+        topics = [self._topic_metadata(t["name"], allow_create, unreachable, version)
+                  if t["name"] is not None
                   else _unknown_topic_id(t["topic_id"], version) for t in requested]
-        live = self.metadata.brokers()
         return {
             "throttle_time_ms": 0,
             "brokers": [{"node_id": b.broker_id, "host": b.host, "port": b.port,
-                         "rack": b.rack} for b in live],
+                         "rack": b.rack} for b in reachable],
             "cluster_id": self.metadata.cluster_id,
             "controller_id": self.metadata.controller_id(),
             "topics": topics,
             "cluster_authorized_operations": -2147483648,
         }
 
-    def _topic_metadata(self, name: str, allow_create: bool) -> dict:
+    def _topic_metadata(self, name: str, allow_create: bool,
+                        unreachable: set[int] = frozenset(), version: int = 0) -> dict:
         result = {"error_code": 0, "name": name, "is_internal": name in INTERNAL_TOPICS,
                   "partitions": [],
                   "topic_authorized_operations": -2147483648}
@@ -91,9 +99,14 @@ class AdminHandlers:
         live_ids = {b.broker_id for b in self.metadata.brokers()}
         for index in sorted(topic.partitions):
             state = topic.partitions[index]
+            leader = state.leader
+            error = LEADER_NOT_AVAILABLE if leader == NO_LEADER else 0
+            if leader in unreachable:  # live, but not on the client's listener
+                leader = NO_LEADER
+                error = LISTENER_NOT_FOUND if version >= 6 else LEADER_NOT_AVAILABLE
             result["partitions"].append({
-                "error_code": LEADER_NOT_AVAILABLE if state.leader == NO_LEADER else 0,
-                "partition_index": index, "leader_id": state.leader,
+                "error_code": error,
+                "partition_index": index, "leader_id": leader,
                 "leader_epoch": state.leader_epoch, "replica_nodes": list(state.replicas),
                 "isr_nodes": list(state.isr),
                 "offline_replicas": [r for r in state.replicas if r not in live_ids]})

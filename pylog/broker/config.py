@@ -11,12 +11,14 @@ Time settings come in Kafka's families (``log.retention.ms`` / ``.minutes`` / ``
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
-from urllib.parse import urlsplit
 
 from pylog.errors import ConfigError
+from pylog.security.tls import TlsSettings
+from pylog.types import SECURITY_PROTOCOLS
 from pylog.log import LogConfig
 from pylog.security.authorizer import check_class_name, parse_super_users
 from pylog.log.cleaner_manager import CleanerConfig
@@ -54,8 +56,27 @@ def _str(key: str, raw: str) -> str:
 _SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
     "broker.id": (_int, 0, "this broker's id, unique in a cluster"),
     "broker.rack": (_str, None, "rack reported in Metadata (optional)"),
-    "listeners": (_str, "PLAINTEXT://127.0.0.1:9092", "PLAINTEXT://host:port to listen on"),
-    "advertised.listeners": (_str, None, "address given to clients, if not the listener's"),
+    "listeners": (_str, "PLAINTEXT://127.0.0.1:9092",
+                  "NAME://host:port,... to listen on, one socket each"),
+    "advertised.listeners": (_str, None,
+                             "NAME://host:port,... given to clients, if not the listeners'"),
+    "listener.security.protocol.map": (
+        _str, "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+        "NAME:PROTOCOL,... for every listener name"),
+    "inter.broker.listener.name": (_str, None, "the listener brokers use between them"),
+    "security.inter.broker.protocol": (_str, "PLAINTEXT",
+                                       "the inter-broker listener by protocol name, if "
+                                       "inter.broker.listener.name is not set"),
+    "ssl.keystore.type": (_str, "PEM", "PEM (the only format served)"),
+    "ssl.keystore.location": (_str, None, "PEM file: private key and certificate chain"),
+    "ssl.key.password": (_str, None, "password of the keystore's private key, if encrypted"),
+    "ssl.truststore.type": (_str, "PEM", "PEM (the only format served)"),
+    "ssl.truststore.location": (_str, None, "PEM file of trusted CA certificates"),
+    "ssl.client.auth": (_str, "none", "none, requested or required: client certificates"),
+    "ssl.enabled.protocols": (_str, "TLSv1.2,TLSv1.3", "TLS versions accepted"),
+    "ssl.endpoint.identification.algorithm": (
+        _str, "https", "https: check the host name of brokers this one connects to; "
+                       "empty: do not"),
     "log.dirs": (_str, None, "comma-separated data directories (overrides log.dir)"),
     "log.dir": (_str, "/tmp/pylog-logs", "data directory when log.dirs is not set"),
     "num.partitions": (_int, 1, "partitions of auto-created topics"),
@@ -143,10 +164,25 @@ _SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
 }
 
 
+# Settings a listener may override as ``listener.name.<lower-case name>.<setting>``.
+LISTENER_SETTINGS = {key for key in _SETTINGS if key.startswith("ssl.")}
+_LISTENER_KEY = re.compile(r"^listener\.name\.(?P<name>[a-z0-9_-]+)\.(?P<setting>.+)$")
+_LISTENER = re.compile(r"^(?P<name>[A-Za-z0-9_-]+)://(?P<host>\[[^\]]*\]|[^:/\[\]]*):"
+                       r"(?P<port>-?\d+)$")
+
+
 @dataclass(frozen=True)
 class Listener:
+    """One listener: where it binds (or is advertised), its name and security protocol."""
+
     host: str
     port: int
+    name: str = "PLAINTEXT"
+    security_protocol: str = "PLAINTEXT"
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
 
 
 @dataclass(frozen=True)
@@ -185,9 +221,10 @@ class BrokerConfig:
     def from_mapping(cls, raw: Mapping[str, str]) -> "BrokerConfig":
         values = {key: default for key, (_, default, _) in _SETTINGS.items()}
         for key, text in raw.items():
-            if key not in _SETTINGS:
+            setting = _listener_setting(key)
+            if setting not in _SETTINGS:
                 raise ConfigError(key, "unknown broker setting")
-            values[key] = _SETTINGS[key][0](key, text)
+            values[key] = _SETTINGS[setting][0](key, text)
         config = cls(values, frozenset(raw))
         config._check()
         return config
@@ -213,43 +250,126 @@ class BrokerConfig:
             raise ConfigError("broker.id", "must not be negative")
         check_class_name(self["authorizer.class.name"])
         parse_super_users(self["super.users"])
-        self.listener  # parses and checks
-        if self["advertised.listeners"]:
-            self._parse_listener("advertised.listeners")
+        self._check_listeners()
         if not self.log_dirs:
             raise ConfigError("log.dirs", "no directory given")
         self.log_config  # checks log settings
         self.cleaner_config
 
-    def _parse_listener(self, key: str) -> Listener:
-        text = self[key]
-        first = text.split(",")[0].strip()
-        try:
-            parts = urlsplit(first)
-            port = parts.port  # ValueError for a port that is not a number in 0..65535
-        except ValueError:
-            port = None
-        else:
-            if parts.scheme.upper() != "PLAINTEXT" or not parts.hostname:
-                port = None
-        if port is None:
-            raise ConfigError(key, f"expected PLAINTEXT://host:port with a port in 0..65535, "
-                                   f"got {text!r}")
-        return Listener(parts.hostname, port)
+    # -- listeners ----------------------------------------------------------------------
+
+    @property
+    def security_protocol_map(self) -> dict[str, str]:
+        """``listener.security.protocol.map``: listener name to security protocol."""
+        key = "listener.security.protocol.map"
+        found = {}
+        for item in self[key].split(","):
+            name, sep, protocol = item.strip().partition(":")
+            name, protocol = name.strip().upper(), protocol.strip().upper()
+            if not sep or not name or protocol not in SECURITY_PROTOCOLS:
+                raise ConfigError(key, f"expected NAME:PROTOCOL with PROTOCOL one of "
+                                       f"{', '.join(SECURITY_PROTOCOLS)}, got {item.strip()!r}")
+            if name in found:
+                raise ConfigError(key, f"listener {name} is mapped twice")
+            found[name] = protocol
+        return found
+
+    def _parse_listeners(self, key: str) -> list[Listener]:
+        protocols = self.security_protocol_map
+        found: list[Listener] = []
+        for item in (part.strip() for part in self[key].split(",")):
+            match = _LISTENER.match(item)
+            port = int(match["port"]) if match else -1
+            # A listener may leave the host empty (every interface); clients need one.
+            if match is None or not 0 <= port <= 65535 or (key != "listeners"
+                                                          and not match["host"]):
+                raise ConfigError(key, f"expected NAME://host:port with a port in 0..65535, "
+                                       f"got {item!r}")
+            name = match["name"].upper()
+            if name not in protocols:
+                raise ConfigError(key, f"listener {name} has no security protocol: add "
+                                       f"{name}:<protocol> to listener.security.protocol.map")
+            if any(other.name == name for other in found):
+                raise ConfigError(key, f"listener {name} is given twice")
+            found.append(Listener(match["host"].strip("[]"), port, name, protocols[name]))
+        if not found:
+            raise ConfigError(key, "no listener given")
+        return found
+
+    def _check_listeners(self) -> None:
+        bound = self.listeners
+        ports = [listener.port for listener in bound if listener.port]
+        if len(ports) != len(set(ports)):
+            raise ConfigError("listeners", "each listener needs a port of its own")
+        names = {listener.name for listener in bound}
+        for listener in self.advertised_listeners:
+            if listener.name not in names:
+                raise ConfigError("advertised.listeners", f"{listener.name} is not one of "
+                                  f"the listeners ({', '.join(sorted(names))})")
+        if {"inter.broker.listener.name", "security.inter.broker.protocol"} <= self.explicit:
+            raise ConfigError("inter.broker.listener.name", "set either it or "
+                              "security.inter.broker.protocol, not both")
+        protocol = self["security.inter.broker.protocol"].upper()
+        if protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError("security.inter.broker.protocol", f"expected one of "
+                              f"{', '.join(SECURITY_PROTOCOLS)}, got {protocol!r}")
+        inter = self.inter_broker_listener_name
+        advertised = {listener.name for listener in self.advertised_listeners}
+        if self["zookeeper.connect"] and inter not in advertised:
+            key = ("inter.broker.listener.name" if self["inter.broker.listener.name"]
+                   else "security.inter.broker.protocol")
+            raise ConfigError(key, f"the inter-broker listener {inter} is not one of the "
+                                   f"advertised listeners ({', '.join(sorted(advertised))})")
+        for listener in bound:
+            if listener.uses_tls:
+                self.tls_settings(listener.name).check_server()
+
+    @property
+    def listeners(self) -> list[Listener]:
+        """Every listener, in the order given, where it binds."""
+        return self._parse_listeners("listeners")
+
+    @property
+    def advertised_listeners(self) -> list[Listener]:
+        """What clients are told (``advertised.listeners``, else the listeners themselves,
+        with a wildcard host given as 127.0.0.1; port 0 means the port bound)."""
+        if self["advertised.listeners"]:
+            return self._parse_listeners("advertised.listeners")
+        return [Listener("127.0.0.1" if listener.host in ("0.0.0.0", "", "::")
+                         else listener.host, listener.port, listener.name,
+                         listener.security_protocol) for listener in self.listeners]
 
     @property
     def listener(self) -> Listener:
-        """Where the broker binds."""
-        return self._parse_listener("listeners")
+        """Where the first listener binds."""
+        return self.listeners[0]
 
     @property
     def advertised(self) -> Listener:
-        """Where clients are told to connect (the listener unless advertised.listeners)."""
-        if self["advertised.listeners"]:
-            return self._parse_listener("advertised.listeners")
-        listener = self.listener
-        host = "127.0.0.1" if listener.host in ("0.0.0.0", "") else listener.host
-        return Listener(host, listener.port)
+        """Where clients of the first listener are told to connect."""
+        first = self.listener.name
+        advertised = self.advertised_listeners
+        return next((listener for listener in advertised if listener.name == first),
+                    advertised[0])
+
+    @property
+    def inter_broker_listener_name(self) -> str:
+        """``inter.broker.listener.name``, else the name ``security.inter.broker.protocol``
+        gives (Kafka's rule)."""
+        name = self["inter.broker.listener.name"]
+        return (name or self["security.inter.broker.protocol"]).strip().upper()
+
+    def listener_setting(self, listener_name: str, key: str) -> tuple[str, object]:
+        """``(key used, value)`` of ``key`` for a listener: its
+        ``listener.name.<name>.<key>`` override if set, else the broker-wide value."""
+        prefixed = f"listener.name.{listener_name.lower()}.{key}"
+        if prefixed in self.values:
+            return prefixed, self.values[prefixed]
+        return key, self[key]
+
+    def tls_settings(self, listener_name: str) -> TlsSettings:
+        """The TLS settings of one listener (per-listener overrides applied)."""
+        return TlsSettings.from_lookup(lambda key: self.listener_setting(listener_name, key))
 
     @property
     def log_dirs(self) -> list[Path]:
@@ -341,6 +461,15 @@ def broker_settings() -> list[BrokerSetting]:
 _CLEANER_KEYS = {"enabled": "log.cleaner.enable", "threads": "log.cleaner.threads",
                  "dedupe_buffer_size": "log.cleaner.dedupe.buffer.size",
                  "backoff_ms": "log.cleaner.backoff.ms"}
+
+
+def _listener_setting(key: str) -> str:
+    """The setting a key sets: ``listener.name.<name>.<setting>`` sets ``<setting>`` (for
+    the settings a listener may override), any other key itself."""
+    match = _LISTENER_KEY.match(key)
+    if match and match["setting"] in LISTENER_SETTINGS:
+        return match["setting"]
+    return key
 
 
 def parse_properties(text: str) -> dict[str, str]:

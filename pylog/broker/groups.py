@@ -60,7 +60,11 @@ class GroupHandlers:
         self.clock = clock
 
     def handle(self, api_key: int, version: int, body: dict, client_id: str | None,
-               client_host: str):
+               client_host: str, listener: str | None = None):
+        """``listener``: the name of the listener the client came in on (FindCoordinator
+        answers with the coordinator's address there)."""
+        if api_key == ApiKey.FIND_COORDINATOR:
+            return self.find_coordinator(body, version, client_id or "", client_host, listener)
         handler = _HANDLERS[api_key]
         return handler(self, body, version, client_id or "", client_host)
 
@@ -73,9 +77,10 @@ class GroupHandlers:
 
     # -- FindCoordinator ----------------------------------------------------------------
 
-    def find_coordinator(self, body: dict, version: int, client_id: str, host: str) -> dict:
+    def find_coordinator(self, body: dict, version: int, client_id: str, host: str,
+                         listener: str | None = None) -> dict:
         keys = body["coordinator_keys"] if version >= 4 else [body["key"]]
-        found = [self._find_one(key, body["key_type"]) for key in keys]
+        found = [self._find_one(key, body["key_type"], listener) for key in keys]
         if version >= 4:
             return {"throttle_time_ms": 0, "coordinators": found}
         one = found[0]
@@ -83,7 +88,7 @@ class GroupHandlers:
                 "error_message": one["error_message"], "node_id": one["node_id"],
                 "host": one["host"], "port": one["port"]}
 
-    def _find_one(self, key: str, key_type: int) -> dict:
+    def _find_one(self, key: str, key_type: int, listener: str | None = None) -> dict:
         result = {"key": key, "node_id": -1, "host": "", "port": -1,
                   "error_code": COORDINATOR_NOT_AVAILABLE, "error_message": None}
         if key_type != GROUP_KEY:
@@ -93,6 +98,10 @@ class GroupHandlers:
         if broker is None:
             result["error_message"] = "the group's __consumer_offsets partition has no leader"
             return result
+        if listener is not None and broker.on_listener(listener) is None:
+            result["error_message"] = f"the coordinator has no listener {listener}"
+            return result
+        broker = broker.on_listener(listener) if listener is not None else broker
         result.update(node_id=broker.broker_id, host=broker.host, port=broker.port,
                       error_code=0)
         return result

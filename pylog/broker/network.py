@@ -1,10 +1,11 @@
-"""The broker's network layer: one acceptor thread and N processor threads.
+"""The broker's network layer: one acceptor thread per listener and N processor threads.
 
-The acceptor accepts connections and hands them round-robin to processors. Each
-processor owns its connections and a ``selectors`` loop: it reads size-prefixed
-frames, dispatches each request, and writes the responses in request order. A Fetch
-response goes out as its header bytes followed by ``os.sendfile`` from the segment
-file. A connection with a parked Fetch (long poll) reads nothing more until that
+Each listener's acceptor accepts connections and hands them round-robin to the shared
+processors, with the listener (name, security protocol, TLS context) they came in on;
+each connection's ``Session`` carries it. Each processor owns its connections and a
+``selectors`` loop: it reads size-prefixed frames, dispatches each request, and writes
+the responses in request order. A Fetch response goes out as its header bytes followed
+by ``os.sendfile`` from the segment file. A connection with a parked Fetch (long poll) reads nothing more until that
 Fetch is answered, which keeps responses in order and input bounded; other
 connections are unaffected. A frame larger than ``socket.request.max.bytes``, an
 unknown API or a malformed request closes that connection only, with one log line.
@@ -13,6 +14,14 @@ Buffered request bytes of all connections share one ``RequestBudget``
 
 Processors sleep in ``select``; appends wake them through a socketpair, and the
 nearest parked-Fetch deadline bounds the sleep. Nothing polls.
+
+TLS listeners wrap accepted sockets non-blocking; the processor drives the handshake
+from its loop (OpenSSL's want-read/want-write become the connection's interest), so a
+slow or stalled handshake holds up no other connection, and a failed one closes its
+connection with one line naming the peer and OpenSSL's reason. An SSL socket may hold
+decrypted bytes ``select`` cannot see (``pending()``): such connections are read again
+without waiting. File regions cannot be ``sendfile``d through TLS: they go out as
+``os.pread`` chunks of ``TLS_FILE_CHUNK`` bytes, one chunk in memory per connection.
 """
 
 from __future__ import annotations
@@ -23,14 +32,17 @@ import logging
 import os
 import selectors
 import socket
+import ssl
 import struct
 import threading
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 from pylog.broker.budget import RequestBudget, frame_charge
 from pylog.broker.dispatch import CloseConnection, Dispatcher, Parked, Reply
 from pylog.broker.session import Session
+from pylog.security.tls import failure_reason, peer_principal
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +52,22 @@ RECV_CHUNK = 256 * 1024
 MAX_QUEUED_RESPONSE_BYTES = 16 * 1024 * 1024
 # Merge small responses into writes of up to this size (pipelined clients).
 COALESCE_BYTES = 256 * 1024
+# Bytes of a segment file read at a time to go out through TLS (no sendfile there).
+TLS_FILE_CHUNK = 256 * 1024
+_BYTES = (bytes, bytearray, memoryview)
+
+
+@dataclass(frozen=True)
+class ListenerSpec:
+    """What a listener's connections start with: its name, security protocol and, for
+    SSL and SASL_SSL, the TLS context that wraps them."""
+
+    name: str = "PLAINTEXT"
+    security_protocol: str = "PLAINTEXT"
+    tls: ssl.SSLContext | None = None
+
+
+PLAINTEXT = ListenerSpec()
 
 
 class _PeerClosed(Exception):
@@ -49,10 +77,17 @@ class _PeerClosed(Exception):
 class Connection:
     """One client connection, owned by one processor thread."""
 
-    def __init__(self, sock: socket.socket, address: str, budget: RequestBudget) -> None:
+    def __init__(self, sock: socket.socket, address: str, budget: RequestBudget,
+                 listener: ListenerSpec = PLAINTEXT) -> None:
         self.sock = sock
         self.address = address
-        self.session = Session(address)
+        self.listener = listener
+        self.session = Session(address, listener.name, listener.security_protocol,
+                               authenticated=not listener.security_protocol.startswith("SASL_"))
+        self.tls = isinstance(sock, ssl.SSLSocket)
+        self.handshaking = self.tls
+        self.handshake_events = selectors.EVENT_READ  # what OpenSSL waits for
+        self.file_chunk: memoryview | None = None  # read from a region, not yet sent
         self.budget = budget
         self.inbound = bytearray()
         self.charge = 0  # bytes of ``budget`` this connection holds
@@ -91,6 +126,7 @@ class Connection:
             if hasattr(chunk, "close"):
                 chunk.close()
         self.outbound.clear()
+        self.file_chunk = None
         self.parked = None  # an unfinished Fetch attempt holds no open regions
         self.inbound.clear()
         self.budget.adjust(-self.charge)
@@ -125,13 +161,15 @@ class Processor(threading.Thread):
         self._new: collections.deque = collections.deque()
         self._connections: set[Connection] = set()
         self._parked: set[Connection] = set()
+        self._tls_pending: set[Connection] = set()  # decrypted bytes select cannot see
         self._woken = False
         self._stopping = False
 
     # -- called from other threads --------------------------------------------------------
 
-    def add(self, sock: socket.socket, address: str) -> None:
-        self._new.append((sock, address))
+    def add(self, sock: socket.socket, address: str,
+            listener: ListenerSpec = PLAINTEXT) -> None:
+        self._new.append((sock, address, listener))
         self.wakeup()
 
     def wakeup(self) -> None:
@@ -160,6 +198,7 @@ class Processor(threading.Thread):
                         self._on_event(key.data, mask)
                 self._accept_new()
                 self._retry_parked()
+                self._read_tls_pending()
                 if self._recheck_reads:
                     self._recheck_reads = False
                     for conn in list(self._connections):
@@ -172,7 +211,7 @@ class Processor(threading.Thread):
             self._wake_w.close()
 
     def _timeout(self) -> float | None:
-        if self._new:
+        if self._new or any(conn.wants_read() for conn in self._tls_pending):
             return 0
         if not self._parked:
             return None
@@ -188,14 +227,56 @@ class Processor(threading.Thread):
 
     def _accept_new(self) -> None:
         while self._new:
-            sock, address = self._new.popleft()
+            sock, address, listener = self._new.popleft()
             sock.setblocking(False)
-            conn = Connection(sock, address, self.budget)
+            if listener.tls is not None:
+                try:
+                    sock = listener.tls.wrap_socket(sock, server_side=True,
+                                                    do_handshake_on_connect=False)
+                except (ssl.SSLError, OSError) as error:
+                    log.warning("connection from %s on listener %s closed: cannot start "
+                                "TLS: %s", address, listener.name, failure_reason(error))
+                    sock.close()
+                    continue
+            conn = Connection(sock, address, self.budget, listener)
             self._connections.add(conn)
             self._update_interest(conn)
 
+    def _handshake(self, conn: Connection) -> bool:
+        """Advance the TLS handshake without blocking; True once it is done."""
+        try:
+            conn.sock.do_handshake()
+        except ssl.SSLWantReadError:
+            conn.handshake_events = selectors.EVENT_READ
+            return False
+        except ssl.SSLWantWriteError:
+            conn.handshake_events = selectors.EVENT_WRITE
+            return False
+        except (ssl.SSLError, ssl.CertificateError) as error:
+            raise CloseConnection(f"TLS handshake on listener {conn.listener.name} failed: "
+                                  f"{failure_reason(error)}") from None
+        conn.handshaking = False
+        principal = peer_principal(conn.sock)
+        if principal is not None:
+            conn.session.principal = principal
+        log.debug("connection from %s: TLS %s as %s", conn.address, conn.sock.version(),
+                  conn.session.principal)
+        return True
+
+    def _read_tls_pending(self) -> None:
+        """Read connections whose SSL socket holds decrypted bytes (select cannot see
+        them) once they may read again."""
+        for conn in [c for c in self._tls_pending if c.wants_read()]:
+            self._tls_pending.discard(conn)
+            self._on_event(conn, selectors.EVENT_READ)
+
     def _on_event(self, conn: Connection, mask: int) -> None:
         try:
+            if conn.handshaking:
+                if not self._handshake(conn):
+                    self._update_interest(conn)
+                    return
+                mask = selectors.EVENT_READ  # the first request may have come with it
             if mask & selectors.EVENT_WRITE:
                 self._write(conn)
             if mask & selectors.EVENT_READ and conn.wants_read():
@@ -223,7 +304,12 @@ class Processor(threading.Thread):
         limit = min(RECV_CHUNK, conn.missing) if self.budget.exhausted else RECV_CHUNK
         if limit == 0:
             return  # used up by another thread since wants_read()
-        chunk = conn.sock.recv(limit)
+        try:
+            chunk = conn.sock.recv(limit)
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return  # only part of a TLS record so far
+        except ssl.SSLZeroReturnError:
+            raise _PeerClosed from None
         if not chunk:
             raise _PeerClosed
         conn.inbound += chunk
@@ -301,9 +387,13 @@ class Processor(threading.Thread):
         try:
             while out:
                 chunk = out[0]
-                if isinstance(chunk, (bytes, bytearray, memoryview)):
+                if isinstance(chunk, _BYTES):
+                    # After a TLS want-write, OpenSSL needs the same bytes again: they are.
                     sent = conn.sock.send(memoryview(chunk)[conn.head_sent:])
                     total = len(chunk)
+                elif conn.tls:
+                    sent = self._send_region_tls(conn, chunk)
+                    total = chunk.length
                 else:
                     sent = os.sendfile(fd, chunk.fd, chunk.position + conn.head_sent,
                                        chunk.length - conn.head_sent)
@@ -316,16 +406,34 @@ class Processor(threading.Thread):
                     return
                 out.popleft()
                 conn.head_sent = 0
-                if not isinstance(chunk, (bytes, bytearray, memoryview)):
+                if not isinstance(chunk, _BYTES):
                     chunk.close()
-        except BlockingIOError:
+        except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
             return
+
+    def _send_region_tls(self, conn: Connection, region) -> int:
+        """Send the next bytes of a file region through TLS: one bounded chunk is read
+        with ``pread`` and kept until OpenSSL has taken all of it."""
+        if conn.file_chunk is None:
+            want = min(TLS_FILE_CHUNK, region.length - conn.head_sent)
+            data = os.pread(region.fd, want, region.position + conn.head_sent)
+            if not data:
+                raise CloseConnection("segment file ended before the response did")
+            conn.file_chunk = memoryview(data)
+        sent = conn.sock.send(conn.file_chunk)
+        conn.file_chunk = conn.file_chunk[sent:] if sent < len(conn.file_chunk) else None
+        return sent
 
     def _update_interest(self, conn: Connection) -> None:
         if conn.sock.fileno() < 0:
             return
-        events = (selectors.EVENT_READ if conn.wants_read() else 0) | \
-                 (selectors.EVENT_WRITE if conn.outbound else 0)
+        if conn.handshaking:
+            events = conn.handshake_events
+        else:
+            events = (selectors.EVENT_READ if conn.wants_read() else 0) | \
+                     (selectors.EVENT_WRITE if conn.outbound else 0)
+            if conn.tls and conn.sock.pending():
+                self._tls_pending.add(conn)
         if events == conn.events:
             return
         if conn.events == 0:
@@ -340,6 +448,7 @@ class Processor(threading.Thread):
         if reason:
             log.warning("connection from %s closed: %s", conn.address, reason)
         self._unpark(conn)
+        self._tls_pending.discard(conn)
         if conn.events:
             try:
                 self._selector.unregister(conn.sock)
@@ -351,12 +460,14 @@ class Processor(threading.Thread):
 
 
 class Acceptor(threading.Thread):
-    """Accepts connections on the listening socket and spreads them over processors."""
+    """Accepts connections on one listener's socket and spreads them over processors."""
 
     def __init__(self, server: socket.socket, processors: list[Processor],
-                 send_buffer: int, receive_buffer: int) -> None:
-        super().__init__(name="pylog-acceptor", daemon=True)
+                 send_buffer: int, receive_buffer: int,
+                 listener: ListenerSpec = PLAINTEXT) -> None:
+        super().__init__(name=f"pylog-acceptor-{listener.name}", daemon=True)
         self.server = server
+        self.listener = listener
         self.processors = processors
         self.send_buffer = send_buffer
         self.receive_buffer = receive_buffer
@@ -374,7 +485,7 @@ class Acceptor(threading.Thread):
                 time.sleep(0.1)  # e.g. out of file descriptors: back off, do not spin
                 continue
             self._configure(sock)
-            next(turn).add(sock, f"{peer[0]}:{peer[1]}")
+            next(turn).add(sock, f"{peer[0]}:{peer[1]}", self.listener)
 
     def _configure(self, sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

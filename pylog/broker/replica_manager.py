@@ -54,6 +54,7 @@ class ReplicaManager:
         logs: the broker's PartitionLogs (opens logs with their topic configs).
         metadata: a ZkClusterMetadata (topics(), brokers(), update_isr()).
         lag_time_ms: ``replica.lag.time.max.ms``.
+        listener: the inter-broker listener's name; fetchers connect to leaders there.
         wake: called with a TopicPartition after any change waiting requests care about.
     """
 
@@ -61,8 +62,10 @@ class ReplicaManager:
                  fetch_wait_max_ms: int = 500, fetch_max_bytes: int = 10 * 1024 * 1024,
                  fetch_partition_max_bytes: int = 1024 * 1024, fetch_backoff_ms: int = 200,
                  wake: Callable[[TopicPartition], None] = lambda tp: None,
+                 listener: str = "PLAINTEXT",
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.logs = logs
+        self.listener = listener
         self.metadata = metadata
         self.local_id = metadata.local_broker_id
         self._lag_s = lag_time_ms / 1000
@@ -250,7 +253,7 @@ class ReplicaManager:
     def _address_of(self, broker_id: int) -> BrokerEndpoint | None:
         for broker in self.metadata.brokers():
             if broker.broker_id == broker_id:
-                return broker
+                return broker.on_listener(self.listener)
         return None
 
     def _excuse_stall(self, seconds: float) -> None:

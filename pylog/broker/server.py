@@ -1,8 +1,8 @@
 """``Broker``: storage, cluster state and the network layer, started and stopped together.
 
-Start order: bind the listening socket (so the advertised port is known even for port
-0), load the logs (recovering after a crash), build the ClusterMetadata, then start the
-processors and the acceptor. ``stop()`` reverses it: stop accepting, close connections,
+Start order: build the listeners' TLS contexts and bind one socket per listener (so the
+advertised ports are known even for port 0), load the logs (recovering after a crash), build the ClusterMetadata, then start the
+processors and one acceptor per listener. ``stop()`` reverses it: stop accepting, close connections,
 then flush, checkpoint and write the clean-shutdown marker (``LogManager.close``).
 
 ``build_cluster_metadata(config, endpoint)`` is the one place that picks the cluster
@@ -22,11 +22,11 @@ from pylog.broker.acl_handlers import AclHandlers
 from pylog.broker.admin import AdminHandlers
 from pylog.broker.authorization import RequestAuthorization
 from pylog.broker.budget import RequestBudget
-from pylog.broker.config import BrokerConfig
+from pylog.broker.config import BrokerConfig, Listener
 from pylog.broker.dispatch import Dispatcher
 from pylog.broker.groups import GroupHandlers
 from pylog.broker.meta import ensure_meta
-from pylog.broker.network import Acceptor, Processor
+from pylog.broker.network import Acceptor, ListenerSpec, Processor
 from pylog.broker.partitions import AppendWaiters, PartitionLogs
 from pylog.broker.replica_manager import ReplicaManager
 from pylog.cluster.metadata import ClusterMetadata
@@ -35,7 +35,7 @@ from pylog.coordinator.coordinator import GroupCoordinator
 from pylog.errors import ConfigError
 from pylog.log import LogManager
 from pylog.security.authorizer import AclAuthorizer, build_authorizer
-from pylog.types import BrokerEndpoint
+from pylog.types import BrokerEndpoint, ListenerEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,8 @@ def build_cluster_metadata(config: BrokerConfig, endpoint: BrokerEndpoint) -> Cl
             connection_timeout_ms=config["zookeeper.connection.timeout.ms"],
             unclean_leader_election=config["unclean.leader.election.enable"],
             auto_leader_rebalance=config["auto.leader.rebalance.enable"],
-            leader_imbalance_check_s=config["leader.imbalance.check.interval.seconds"])
+            leader_imbalance_check_s=config["leader.imbalance.check.interval.seconds"],
+            listeners=endpoint.listeners)
         ensure_meta(config.log_dirs, endpoint.broker_id, metadata.cluster_id)
         return metadata
     cluster_id = ensure_meta(config.log_dirs, endpoint.broker_id)
@@ -63,14 +64,15 @@ class Broker:
 
     >>> broker = Broker(BrokerConfig.load("conf/server.properties"))
     >>> broker.start()          # binds, loads logs, serves
-    >>> broker.address          # ('127.0.0.1', 9092)
+    >>> broker.address          # ('127.0.0.1', 9092): the first listener
+    >>> broker.addresses        # {'PLAINTEXT': ('127.0.0.1', 9092), 'SSL': (...)}
     >>> broker.stop()           # clean shutdown
 
     ``clock`` (monotonic seconds, for timeouts) and ``wall_ms`` (epoch milliseconds, for
     commit timestamps and offset retention) can be injected.
 
-    Raises ConfigError (also when the listener's port is taken) or KafkaStorageError (log
-    dir locked by another broker) from ``start``.
+    Raises ConfigError (also when a listener's port is taken or its TLS files cannot be
+    loaded) or KafkaStorageError (log dir locked by another broker) from ``start``.
     """
 
     def __init__(self, config: BrokerConfig, clock: Callable[[], float] = time.monotonic,
@@ -83,23 +85,35 @@ class Broker:
         self.replicas: ReplicaManager | None = None
         self.coordinator: GroupCoordinator | None = None
         self.authorizer: AclAuthorizer | None = None
-        self._server: socket.socket | None = None
+        self._servers: list[tuple[ListenerSpec, socket.socket]] = []
         self._processors: list[Processor] = []
-        self._acceptor: Acceptor | None = None
+        self._acceptors: list[Acceptor] = []
         self._stopped = threading.Event()
         self._stop_lock = threading.Lock()
 
     @property
     def address(self) -> tuple[str, int]:
-        assert self._server is not None, "not started"
-        return self._server.getsockname()[:2]
+        """Where the first listener is bound."""
+        assert self._servers, "not started"
+        return self._servers[0][1].getsockname()[:2]
+
+    @property
+    def addresses(self) -> dict[str, tuple[str, int]]:
+        """Where each listener is bound, by listener name."""
+        return {spec.name: server.getsockname()[:2] for spec, server in self._servers}
 
     def start(self) -> "Broker":
-        self._server = self._bind()
+        specs = [self._listener_spec(listener) for listener in self.config.listeners]
+        for spec, listener in zip(specs, self.config.listeners):
+            try:
+                self._servers.append((spec, self._bind(listener)))
+            except BaseException:
+                self._close_servers()
+                raise
         try:
             self._start_services()
         except BaseException as exc:
-            self._server.close()
+            self._close_servers()
             self._close_storage()
             if isinstance(exc, OSError) and exc.filename is not None:
                 # meta.properties, topics.json...: a log dir the broker cannot write.
@@ -108,24 +122,45 @@ class Broker:
             raise
         return self
 
-    def _bind(self) -> socket.socket:
-        listener = self.config.listener
-        server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    def _listener_spec(self, listener: Listener) -> ListenerSpec:
+        tls = (self.config.tls_settings(listener.name).server_context()
+               if listener.uses_tls else None)
+        return ListenerSpec(listener.name, listener.security_protocol, tls)
+
+    @staticmethod
+    def _bind(listener: Listener) -> socket.socket:
+        family = socket.AF_INET6 if ":" in listener.host else socket.AF_INET
+        server = socket.socket(family, socket.SOCK_STREAM)
         try:
             server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             server.bind((listener.host, listener.port))
             server.listen(512)
         except OSError as exc:
             server.close()
-            raise ConfigError("listeners", f"cannot listen on {listener.host}:{listener.port}: "
-                                           f"{exc.strerror or exc}") from None
+            raise ConfigError("listeners", f"cannot listen on {listener.host}:{listener.port} "
+                                           f"({listener.name}): {exc.strerror or exc}") from None
         return server
+
+    def _close_servers(self) -> None:
+        for _, server in self._servers:
+            server.close()
+
+    def _endpoint(self) -> BrokerEndpoint:
+        """This broker as it registers: every advertised listener (port 0: the port
+        bound), and as host/port the inter-broker listener's address (else the first)."""
+        bound = self.addresses
+        listeners = tuple(
+            ListenerEndpoint(ad.name, ad.host, ad.port or bound[ad.name][1],
+                             ad.security_protocol)
+            for ad in self.config.advertised_listeners)
+        main = next((ep for ep in listeners
+                     if ep.name == self.config.inter_broker_listener_name), listeners[0])
+        return BrokerEndpoint(self.config["broker.id"], main.host, main.port,
+                              self.config["broker.rack"], listeners)
 
     def _start_services(self) -> None:
         config = self.config
-        advertised = config.advertised
-        port = advertised.port or self.address[1]
-        endpoint = BrokerEndpoint(config["broker.id"], advertised.host, port, config["broker.rack"])
+        endpoint = self._endpoint()
         self.manager = LogManager(config.log_dirs, config.log_config,
                                   cleaner_config=config.cleaner_config)
         self.manager.load()
@@ -142,7 +177,8 @@ class Broker:
                 fetch_wait_max_ms=config["replica.fetch.wait.max.ms"],
                 fetch_max_bytes=config["replica.fetch.response.max.bytes"],
                 fetch_partition_max_bytes=config["replica.fetch.max.bytes"],
-                fetch_backoff_ms=config["replica.fetch.backoff.ms"], wake=waiters.notify)
+                fetch_backoff_ms=config["replica.fetch.backoff.ms"], wake=waiters.notify,
+                listener=config.inter_broker_listener_name)
             logs.replicas = self.replicas
             self.metadata.add_listener(self.replicas.on_metadata_change)
             self.replicas.start()
@@ -158,12 +194,14 @@ class Broker:
             for i in range(config["num.network.threads"])]
         for processor in self._processors:
             processor.start()
-        self._acceptor = Acceptor(self._server, self._processors,
-                                  config["socket.send.buffer.bytes"],
-                                  config["socket.receive.buffer.bytes"])
-        self._acceptor.start()
-        log.info("broker %d serving on %s:%d (cluster %s)", endpoint.broker_id,
-                 endpoint.host, endpoint.port, self.metadata.cluster_id)
+        self._acceptors = [Acceptor(server, self._processors, config["socket.send.buffer.bytes"],
+                                    config["socket.receive.buffer.bytes"], spec)
+                           for spec, server in self._servers]
+        for acceptor in self._acceptors:
+            acceptor.start()
+        log.info("broker %d serving on %s (cluster %s)", endpoint.broker_id,
+                 ", ".join(str(listener) for listener in endpoint.listeners),
+                 self.metadata.cluster_id)
 
     def stop(self) -> None:
         """Stop serving, then flush and close every log with a clean-shutdown marker.
@@ -178,9 +216,10 @@ class Broker:
                 return
             if self.replicas is not None and self.config["controlled.shutdown.enable"]:
                 self._controlled_shutdown()
-            if self._acceptor is not None:
-                self._acceptor.stop()
-                self._acceptor.join()
+            for acceptor in self._acceptors:
+                acceptor.stop()
+            for acceptor in self._acceptors:
+                acceptor.join()
             for processor in self._processors:
                 processor.stop()
             for processor in self._processors:

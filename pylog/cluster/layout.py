@@ -13,6 +13,14 @@ relative to the chroot given in ``zookeeper.connect``.
      "endpoints": ["PLAINTEXT://127.0.0.1:9092"], "jmx_port": -1,
      "timestamp": "1700000000000"}            (+ "rack": "r1" and version 3 with a rack)
 
+A broker with named listeners or other security protocols writes Kafka's version 4, every
+advertised listener in ``endpoints`` and its protocol in the map; ``host``/``port`` are
+the PLAINTEXT endpoint's (null and -1 without one)::
+
+    {"version": 4, "host": null, "port": -1, "jmx_port": -1, "timestamp": "1700000000000",
+     "endpoints": ["CLIENT://h:9093", "INTERNAL://h:9092"],
+     "listener_security_protocol_map": {"CLIENT": "SASL_SSL", "INTERNAL": "PLAINTEXT"}}
+
 ``/brokers/topics/<topic>`` (persistent, replica assignment)::
 
     {"version": 1, "partitions": {"0": [1, 2], "1": [2, 0]}}
@@ -66,7 +74,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from pylog.cluster.metadata import NO_LEADER
-from pylog.types import BrokerEndpoint
+from pylog.types import BrokerEndpoint, ListenerEndpoint
 
 CLUSTER_ID = "/cluster/id"
 BROKER_IDS = "/brokers/ids"
@@ -117,7 +125,7 @@ def controlled_shutdown_path(broker_id: int) -> str:
     return f"{CONTROLLED_SHUTDOWN}/{broker_id}"
 
 
-_ENDPOINT = re.compile(r"^(?P<protocol>[A-Za-z_]+)://\[?(?P<host>[^\]]*)\]?:(?P<port>\d+)$")
+_ENDPOINT = re.compile(r"^(?P<protocol>[A-Za-z0-9_-]+)://\[?(?P<host>[^\]]*)\]?:(?P<port>\d+)$")
 
 
 def _now_ms_text(now_ms: int) -> str:
@@ -126,21 +134,41 @@ def _now_ms_text(now_ms: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class BrokerRegistration:
-    """What a broker publishes about itself at ``/brokers/ids/<id>``."""
+    """What a broker publishes about itself at ``/brokers/ids/<id>``.
+
+    ``host``/``port`` are the PLAINTEXT endpoint, or the first one; ``listeners`` every
+    advertised listener (empty: just ``PLAINTEXT://host:port``)."""
 
     broker_id: int
     host: str
     port: int
     rack: str | None = None
+    listeners: tuple[ListenerEndpoint, ...] = ()
+
+    @property
+    def all_listeners(self) -> tuple[ListenerEndpoint, ...]:
+        return self.listeners or (ListenerEndpoint("PLAINTEXT", self.host, self.port),)
 
     @property
     def endpoint(self) -> BrokerEndpoint:
-        return BrokerEndpoint(self.broker_id, self.host, self.port, self.rack)
+        return BrokerEndpoint(self.broker_id, self.host, self.port, self.rack,
+                              self.all_listeners)
 
     def encode(self, now_ms: int) -> bytes:
-        node = {"version": 3 if self.rack else 2, "host": self.host, "port": self.port,
-                "endpoints": [f"PLAINTEXT://{self.host}:{self.port}"], "jmx_port": -1,
-                "timestamp": _now_ms_text(now_ms)}
+        listeners = self.all_listeners
+        if _only_default_plaintext(listeners):
+            node = {"version": 3 if self.rack else 2, "host": self.host, "port": self.port,
+                    "endpoints": [str(listeners[0])], "jmx_port": -1,
+                    "timestamp": _now_ms_text(now_ms)}
+        else:
+            plaintext = next((ep for ep in listeners if ep.security_protocol == "PLAINTEXT"),
+                             None)
+            node = {"version": 4, "host": plaintext.host if plaintext else None,
+                    "port": plaintext.port if plaintext else -1,
+                    "endpoints": [str(ep) for ep in listeners],
+                    "listener_security_protocol_map": {
+                        ep.name: ep.security_protocol for ep in listeners},
+                    "jmx_port": -1, "timestamp": _now_ms_text(now_ms)}
         if self.rack:
             node["rack"] = self.rack
         return json.dumps(node).encode()
@@ -148,14 +176,33 @@ class BrokerRegistration:
     @classmethod
     def decode(cls, broker_id: int, data: bytes) -> "BrokerRegistration":
         node = json.loads(data)
+        protocols = node.get("listener_security_protocol_map") or {}
+        listeners = []
+        for text in node.get("endpoints", []):
+            match = _ENDPOINT.match(text)
+            if match:
+                name = match["protocol"]
+                listeners.append(ListenerEndpoint(name, match["host"], int(match["port"]),
+                                                  protocols.get(name, name)))
         host, port = node.get("host"), node.get("port", -1)
         # Newer registrations may leave host/port empty and list only endpoints.
-        for endpoint in node.get("endpoints", []):
-            match = _ENDPOINT.match(endpoint)
-            if match and match["protocol"] == "PLAINTEXT":
-                host, port = match["host"], int(match["port"])
-                break
-        return cls(broker_id, host or "", int(port), node.get("rack"))
+        chosen = next((ep for ep in listeners if ep.security_protocol == "PLAINTEXT"),
+                      listeners[0] if listeners and not host else None)
+        if chosen is not None:
+            host, port = chosen.host, chosen.port
+        if not listeners and host:
+            listeners = [ListenerEndpoint("PLAINTEXT", host, int(port))]
+        kept = () if _only_default_plaintext(listeners, host, port) else tuple(listeners)
+        return cls(broker_id, host or "", int(port), node.get("rack"), kept)
+
+
+def _only_default_plaintext(listeners, host=None, port=None) -> bool:
+    """One listener named PLAINTEXT (at host:port, if given): the seeds' format."""
+    if len(listeners) != 1:
+        return False
+    only = listeners[0]
+    return (only.name == "PLAINTEXT" and only.security_protocol == "PLAINTEXT"
+            and (host is None or (only.host, only.port) == (host, int(port))))
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,7 +44,7 @@ from pylog.cluster.view import ClusterView
 from pylog.cluster.worker import CoalescingWorker
 from pylog.errors import (RequestTimedOutError, TopicAlreadyExistsError,
                           UnknownTopicOrPartitionError)
-from pylog.types import BrokerEndpoint
+from pylog.types import BrokerEndpoint, ListenerEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,8 @@ class ZkClusterMetadata:
     Parameters:
         connect: ``zookeeper.connect``, ``host:port[,host:port...][/chroot]``.
         broker_id, host, port, rack: this broker and the address clients reach it at.
+        listeners: every advertised listener, registered as ``endpoints`` (default: just
+            ``PLAINTEXT://host:port``).
         session_timeout_ms: ``zookeeper.session.timeout.ms`` (the server may clamp it).
         connection_timeout_ms: ``zookeeper.connection.timeout.ms``, for the first connect.
         admin_timeout: how long create_topic/delete_topic wait for the controller to act.
@@ -76,6 +78,7 @@ class ZkClusterMetadata:
                  connection_timeout_ms: int = 18000, admin_timeout: float = 10.0,
                  unclean_leader_election: bool = False, auto_leader_rebalance: bool = False,
                  leader_imbalance_check_s: float = 300.0,
+                 listeners: tuple[ListenerEndpoint, ...] = (),
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.local_broker_id = broker_id
         self._unclean_default = unclean_leader_election
@@ -91,7 +94,7 @@ class ZkClusterMetadata:
         self._client = connect_client(connect, session_timeout_ms / 1000,
                                       connection_timeout_ms / 1000)
         try:
-            self._start(BrokerRegistration(broker_id, host, port, rack))
+            self._start(BrokerRegistration(broker_id, host, port, rack, listeners))
         except BaseException:
             self._closed = True
             for part in ("_worker", "_lease"):

@@ -23,7 +23,7 @@ import signal
 import sys
 import tempfile
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from pylog.client.connection import BrokerConnection
 from pylog.client.metadata import ClusterSnapshot
@@ -55,16 +55,23 @@ class BrokerProcess:
         overrides: more ``server.properties`` settings (strings), e.g. ``broker.id``,
             ``zookeeper.connect``. ``listeners`` and ``log.dirs`` are set unless given.
         config_file: a properties file to start from (optional).
+        extra_listeners: names of more listeners, each on a free port after the PLAINTEXT
+            one (``["SSL"]``; other names need ``listener.security.protocol.map``);
+            ``ports[name]`` and ``bootstrap_for(name)`` give their addresses.
     """
 
     def __init__(self, base_dir: Path, overrides: Mapping[str, object] | None = None,
-                 config_file: Path | None = None) -> None:
+                 config_file: Path | None = None, extra_listeners: Sequence[str] = ()) -> None:
         self.base_dir = Path(base_dir)
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.config_file = config_file
         self.overrides = {k: str(v) for k, v in (overrides or {}).items()}
         self.port = free_port(HOST)
-        self.overrides.setdefault("listeners", f"PLAINTEXT://{HOST}:{self.port}")
+        self.ports = {"PLAINTEXT": self.port}
+        for name in extra_listeners:
+            self.ports[name] = free_port(HOST)
+        self.overrides.setdefault("listeners", ",".join(
+            f"{name}://{HOST}:{port}" for name, port in self.ports.items()))
         self.overrides.setdefault("log.dirs", str(self.base_dir / "logs"))
         self.process: ServerProcess | None = None
 
@@ -76,6 +83,10 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         """``host:port`` for clients' bootstrap.servers."""
         return f"{HOST}:{self.port}"
+
+    def bootstrap_for(self, listener: str) -> str:
+        """``host:port`` of one of the ``extra_listeners`` (or ``PLAINTEXT``)."""
+        return f"{HOST}:{self.ports[listener]}"
 
     @property
     def log_dir(self) -> Path:
@@ -102,8 +113,19 @@ class BrokerProcess:
         """Start (or start again) and wait until the port accepts connections."""
         if self.alive():
             return self
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.process = ServerProcess(self.argv(), self.log_path, env=env).start()
+        return self.launch().wait_listening(timeout)
+
+    def launch(self) -> "BrokerProcess":
+        """Start the process without waiting for it to listen, so that several brokers
+        start side by side; ``wait_listening`` then waits for each."""
+        if not self.alive():
+            env = dict(os.environ, PYTHONUNBUFFERED="1")
+            self.process = ServerProcess(self.argv(), self.log_path, env=env).start()
+        return self
+
+    def wait_listening(self, timeout: float = START_TIMEOUT) -> "BrokerProcess":
+        """Wait until the launched process accepts connections; kill it if it never does."""
+        assert self.process is not None, "launch() first"
         try:
             wait_for_port(HOST, self.port, timeout, self.process.process, self.log_path)
         except BaseException:

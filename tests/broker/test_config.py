@@ -54,7 +54,22 @@ def test_roll_and_flush_settings_reach_the_log_config():
     ({"num.partitions": "many"}, "num.partitions"),
     ({"num.partitions": "0"}, "num.partitions"),
     ({"auto.create.topics.enable": "yes"}, "auto.create.topics.enable"),
-    ({"listeners": "SSL://host:1"}, "listeners"),
+    ({"listeners": "SSL://host:1"}, "ssl.keystore.location"),
+    ({"listeners": "CLIENT://host:1"}, "listeners"),
+    ({"listeners": "PLAINTEXT://h:1,PLAINTEXT://h:2"}, "listeners"),
+    ({"listeners": "PLAINTEXT://h:1,SSL://h:1", "ssl.keystore.location": "/k"}, "listeners"),
+    ({"listener.security.protocol.map": "CLIENT:TLS"}, "listener.security.protocol.map"),
+    ({"advertised.listeners": "SSL://h:1"}, "advertised.listeners"),
+    ({"inter.broker.listener.name": "PLAINTEXT",
+      "security.inter.broker.protocol": "PLAINTEXT"}, "inter.broker.listener.name"),
+    ({"zookeeper.connect": "zk:2181", "inter.broker.listener.name": "INTERNAL"},
+     "inter.broker.listener.name"),
+    ({"listeners": "SSL://h:1", "ssl.keystore.location": "/k", "ssl.keystore.type": "JKS"},
+     "ssl.keystore.type"),
+    ({"listeners": "C://h:1", "listener.security.protocol.map": "C:SSL",
+      "ssl.keystore.location": "/k", "listener.name.c.ssl.client.auth": "maybe"},
+     "listener.name.c.ssl.client.auth"),
+    ({"listener.name.c.no.such.key": "1"}, "listener.name.c.no.such.key"),
     ({"listeners": "PLAINTEXT://nohost"}, "listeners"),
     ({"log.segment.bytes": "10"}, "log.segment.bytes"),
     ({"listeners": "PLAINTEXT://h:99999"}, "listeners"),
@@ -70,6 +85,30 @@ def test_bad_settings_name_the_key(settings, key):
     with pytest.raises(ConfigError) as caught:
         BrokerConfig.load(None, settings)
     assert caught.value.key == key and key in str(caught.value)
+
+
+def test_named_listeners_with_their_protocols_and_advertised_addresses():
+    config = BrokerConfig.load(None, {
+        "listeners": "CLIENT://:9093,INTERNAL://10.0.0.1:9092",
+        "advertised.listeners": "CLIENT://broker.example:19093,INTERNAL://10.0.0.1:9092",
+        "listener.security.protocol.map": "CLIENT:SSL,INTERNAL:PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL", "ssl.keystore.location": "/k.pem",
+        "listener.name.client.ssl.client.auth": "required"})
+    assert [(x.name, x.host, x.port, x.security_protocol) for x in config.listeners] == [
+        ("CLIENT", "", 9093, "SSL"), ("INTERNAL", "10.0.0.1", 9092, "PLAINTEXT")]
+    assert [(x.name, x.host, x.port) for x in config.advertised_listeners] == [
+        ("CLIENT", "broker.example", 19093), ("INTERNAL", "10.0.0.1", 9092)]
+    assert config.inter_broker_listener_name == "INTERNAL"
+    assert config.tls_settings("CLIENT").client_auth == "required"
+    assert config.tls_settings("INTERNAL").client_auth == "none"
+    assert config.listener.name == "CLIENT" and config.advertised.host == "broker.example"
+
+
+def test_inter_broker_listener_by_protocol():
+    config = BrokerConfig.load(None, {"listeners": "SSL://h:1,PLAINTEXT://h:2",
+                                      "security.inter.broker.protocol": "SSL",
+                                      "ssl.keystore.location": "/k.pem"})
+    assert config.inter_broker_listener_name == "SSL"
 
 
 def test_properties_syntax():

@@ -86,7 +86,12 @@ def test_broker_entries_are_read_only_with_their_source():
 
 def test_secrets_are_never_described():
     assert is_sensitive("ssl.keystore.password") and is_sensitive("sasl.jaas.config")
-    assert not any(is_sensitive(setting.name) for setting in broker_settings())
+    sensitive = {setting.name for setting in broker_settings() if is_sensitive(setting.name)}
+    assert "ssl.key.password" in sensitive
+    entries = by_name(broker_entries(broker_config(**{"ssl.key.password": "hunter2"})))
+    assert all(entries[name]["value"] is None and entries[name]["is_sensitive"]
+               for name in sensitive)
+    assert "hunter2" not in repr(entries)
 
 
 @pytest.mark.parametrize("text, expected", [
