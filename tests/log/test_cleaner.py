@@ -31,6 +31,7 @@ from pylog.records.compression import Compression
 from pylog.records.header import read_batch_header
 from pylog.types import TopicPartition
 
+from tests.examples import examples
 from tests.log.conftest import ManualClock
 
 RETENTION_MS = 60_000
@@ -106,7 +107,7 @@ update = st.tuples(st.sampled_from(KEYS),
 round_of_writes = st.lists(st.lists(update, min_size=1, max_size=6), min_size=1, max_size=25)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rounds=st.lists(st.tuples(round_of_writes, st.booleans(), st.sampled_from([0, 1, 4])),
                        min_size=1, max_size=3))
 def test_compacted_log_reads_as_the_model(tmp_path_factory, rounds):

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from pylog.log import EpochEntry, LeaderEpochCache
 from pylog.log.leader_epoch import epochs_from_headers, read_epoch_checkpoint
 from pylog.records.header import read_batch_header
+from tests.examples import examples
 from tests.log.batches import make_batch
 
 
@@ -62,7 +63,7 @@ operations = st.lists(st.one_of(
 ), max_size=30)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(ops=operations)
 def test_cache_against_the_reference_model(ops):
     with tempfile.TemporaryDirectory() as tmp:

@@ -18,6 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from pylog.errors import OffsetOutOfRangeError
 from pylog.log import Log, LogConfig
 from pylog.records.header import iter_batch_headers
+from tests.examples import examples
 from tests.log.batches import make_batch
 from tests.log.test_leader_epoch import ModelCache
 
@@ -188,6 +189,6 @@ class LogMachine(RuleBasedStateMachine):
         assert [(e.epoch, e.start_offset) for e in self.log.epoch_entries] == self.epochs.entries
 
 
-LogMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None,
+LogMachine.TestCase.settings = settings(max_examples=examples(30), stateful_step_count=40, deadline=None,
                                         suppress_health_check=[HealthCheck.too_slow])
 test_log_against_model = LogMachine.TestCase

@@ -5,6 +5,7 @@ from hypothesis import strategies as st
 
 from pylog.errors import CorruptRecordError
 from pylog.records import Compression, Record, build_batch, decode_batch, decode_columns, iter_records
+from tests.examples import examples
 
 int64 = st.integers(-(2**63), 2**63 - 1)
 blobs = st.none() | st.binary(max_size=300)
@@ -13,7 +14,7 @@ timestamps = st.integers(0, 2**50)
 records = st.lists(st.tuples(blobs, blobs, headers, timestamps), min_size=1, max_size=30)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(records=records, codec=st.sampled_from(list(Compression)),
        base_offset=st.integers(0, 2**62), producer_id=int64)
 def test_any_records_round_trip(records, codec, base_offset, producer_id):
@@ -33,7 +34,7 @@ def _valid_buffer(data) -> bytes:
     return build_batch(recs, compression=codec) + build_batch(recs[:1], base_offset=len(recs))
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_mutated_bytes_raise_only_corrupt_record_errors(data):
     buf = bytearray(_valid_buffer(data))
@@ -49,13 +50,13 @@ def test_mutated_bytes_raise_only_corrupt_record_errors(data):
     _decode_everything(bytes(buf))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(buf=st.binary(max_size=200))
 def test_random_bytes_raise_only_corrupt_record_errors(buf):
     _decode_everything(buf)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(body=st.binary(max_size=120), count=st.integers(-3, 10),
        codec=st.sampled_from(list(Compression)))
 def test_garbage_records_under_a_valid_crc(body, count, codec):

@@ -17,6 +17,7 @@ from pylog.records import Compression, build_batch, decode_columns
 from pylog.records.columns import DECODER_ENV, _decode_vectorised
 from pylog.records import vectorised as vectorised_module
 from pylog.records.vectorised import SPEEDUPS_ENV, BinaryColumn, IntColumn, Unsupported, record_starts
+from tests.examples import examples
 
 blobs = st.none() | st.binary(max_size=200) | st.sampled_from([b"", b"\n", b"{\"a\": 1}", b"\x80" * 300])
 header_lists = st.lists(st.tuples(st.text(max_size=10), blobs), max_size=3).map(tuple)
@@ -44,7 +45,7 @@ def test_the_c_walk_is_built():
     assert vectorised_module._speedups is not None
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(lengths=st.lists(st.integers(0, 300), max_size=40), tail=st.binary(max_size=3))
 def test_the_c_and_python_walks_find_the_same_starts(lengths, tail):
     from pylog.records.record import encode_varint
@@ -87,7 +88,7 @@ def assert_same(vectorised, reference) -> None:
     assert len(vectorised) == len(reference)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(specs=batch_specs, first_offset=st.integers(0, 2**62), skip_control=st.booleans(),
        data=st.data())
 def test_vectorised_and_reference_decoders_agree(specs, first_offset, skip_control, data):
@@ -122,7 +123,7 @@ def _check_json_lines(column: BinaryColumn, values: list) -> None:
     assert longest == max(len(line) + 1 for line in split[:-1])
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(specs=batch_specs, data=st.data())
 def test_mutated_buffers_decode_or_fail_the_same_way(specs, data):
     buf = bytearray(build_buffer(specs, 0)[0])
