@@ -35,6 +35,7 @@ SUBCOMMANDS = (
     "reassign",
     "leader_election",
     "replica_verification",
+    "users",
 )
 
 

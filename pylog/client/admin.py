@@ -1,10 +1,13 @@
 """Admin: create, grow, delete, list and describe topics; describe and alter the configs
-of topics and brokers."""
+of topics and brokers; describe, set and delete users' SCRAM credentials (KIP-554)."""
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 from typing import Iterable, Mapping
 
+from pylog.client.acl_admin import AclAdmin
 from pylog.client.metadata import TopicMetadata
 from pylog.client.network import NetworkClient, check_error
 from pylog.client.results import (
@@ -18,8 +21,9 @@ RESOURCE_TYPES = {"topic": ConfigResourceType.TOPIC, "topics": ConfigResourceTyp
                   "broker": ConfigResourceType.BROKER, "brokers": ConfigResourceType.BROKER}
 
 
-class Admin:
-    """Topic administration.
+class Admin(AclAdmin):
+    """Topic administration; ACLs too (``create_acls``, ``describe_acls``, ``delete_acls``
+    from :class:`~pylog.client.acl_admin.AclAdmin`).
 
     >>> with Admin("127.0.0.1:9092") as admin:
     ...     admin.create_topic("events", num_partitions=3, configs={"retention.ms": "86400000"})
@@ -207,6 +211,53 @@ class Admin:
             _check_topic(result["error_code"], result["error_message"],
                          f"alter configs of {kind.name.lower()} {name!r}")
 
+    # -- SCRAM users (KIP-554) ---------------------------------------------------------
+
+    def describe_user_scram_credentials(self, users: Iterable[str] | None = None
+                                        ) -> dict[str, dict[str, int]]:
+        """User -> {mechanism name: iterations}; every user with credentials when ``users``
+        is None. A named user without credentials raises ResourceNotFoundError."""
+        body = {"users": None if users is None else [{"name": u} for u in users]}
+        response = self._network.request_any(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, body)
+        _check_topic(response["error_code"], response["error_message"],
+                     "describe SCRAM credentials")
+        described = {}
+        for result in response["results"]:
+            _check_topic(result["error_code"], result["error_message"],
+                         f"describe SCRAM credentials of user {result['user']!r}")
+            described[result["user"]] = {
+                SCRAM_MECHANISM_NAMES.get(info["mechanism"], f"UNKNOWN({info['mechanism']})"):
+                    info["iterations"] for info in result["credential_infos"]}
+        return described
+
+    def upsert_user_scram_credential(self, user: str, mechanism: str, password: str,
+                                     iterations: int = 4096) -> None:
+        """Set ``user``'s credential for ``mechanism`` (SCRAM-SHA-256 or SCRAM-SHA-512).
+
+        Only a random salt and the salted password leave this process, never the
+        password. Errors: UnacceptableCredentialError (iterations outside 4096..16384),
+        UnsupportedSaslMechanismError, ConfigError for an unknown mechanism name.
+        """
+        number = _scram_mechanism_number(mechanism)
+        salt = secrets.token_bytes(32)
+        hash_name = "sha256" if number == 1 else "sha512"
+        salted = hashlib.pbkdf2_hmac(hash_name, password.encode("utf-8"), salt, iterations)
+        self._alter_scram({"deletions": [], "upsertions": [
+            {"name": user, "mechanism": number, "iterations": iterations, "salt": salt,
+             "salted_password": salted}]}, f"set the {mechanism} credential of user {user!r}")
+
+    def delete_user_scram_credential(self, user: str, mechanism: str) -> None:
+        """Delete ``user``'s credential for ``mechanism``; ResourceNotFoundError if absent."""
+        self._alter_scram({"deletions": [{"name": user,
+                                          "mechanism": _scram_mechanism_number(mechanism)}],
+                           "upsertions": []},
+                          f"delete the {mechanism} credential of user {user!r}")
+
+    def _alter_scram(self, body: dict, what: str) -> None:
+        response = self._network.request_any(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, body)
+        for result in response["results"]:
+            _check_topic(result["error_code"], result["error_message"], what)
+
     def close(self) -> None:
         self._network.close()
 
@@ -223,6 +274,16 @@ def _check_topic(code: int, message: str | None, what: str) -> None:
         cls = KafkaError.for_code(code)
         raise cls(f"{what}: {cls.name}: {message}")
     check_error(code, what)
+
+
+SCRAM_MECHANISM_NAMES = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
+
+
+def _scram_mechanism_number(name: str) -> int:
+    for number, known in SCRAM_MECHANISM_NAMES.items():
+        if known == name.upper():
+            return number
+    raise ConfigError("mechanism", f"expected SCRAM-SHA-256 or SCRAM-SHA-512, got {name!r}")
 
 
 def _resource_type(value: str | ConfigResourceType) -> ConfigResourceType:
