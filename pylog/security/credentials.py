@@ -201,9 +201,14 @@ class ZkCredentialStore:
             new = [child for child in children if child not in self._watched]
             self._watched.update(new)
         for node in new:
-            DataWatch(self._client, f"{USERS_PATH}/{node}",
-                      lambda data, stat, node=node: self._on_data(node, data))
+            DataWatch(self._client, f"{USERS_PATH}/{node}", self._data_callback(node))
         return None
+
+    def _data_callback(self, node: str):
+        # Two parameters exactly: kazoo passes the event too to a callback that takes three.
+        def on_data(data, stat):
+            return self._on_data(node, data)
+        return on_data
 
     def _on_data(self, node: str, data: bytes | None):
         user = desanitize_user(node)
