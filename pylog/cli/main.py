@@ -36,6 +36,7 @@ SUBCOMMANDS = (
     "leader_election",
     "replica_verification",
     "users",
+    "acls",
 )
 
 
