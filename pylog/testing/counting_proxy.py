@@ -156,12 +156,19 @@ class ProxiedCluster:
             self.brokers[broker_id], self.proxies[broker_id] = broker, proxy
 
     def start(self, timeout: float = 60.0) -> "ProxiedCluster":
-        for broker in self.brokers.values():
-            broker.start()
-        expected = sorted(self.brokers)
-        for broker_id in self.brokers:
-            _wait(lambda: sorted(self.metadata(broker_id).brokers) == expected, timeout,
-                  f"broker {broker_id} to list brokers {expected}")
+        """Start the brokers side by side; return once each lists them all."""
+        try:
+            for broker in self.brokers.values():
+                broker.launch()
+            for broker in self.brokers.values():
+                broker.wait_listening(timeout)
+            expected = sorted(self.brokers)
+            for broker_id in self.brokers:
+                _wait(lambda: sorted(self.metadata(broker_id).brokers) == expected, timeout,
+                      f"broker {broker_id} to list brokers {expected}")
+        except BaseException:
+            self.close()
+            raise
         return self
 
     @property

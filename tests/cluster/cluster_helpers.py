@@ -28,9 +28,16 @@ class LocalCluster:
         self.ports = {broker_id: broker.port for broker_id, broker in self.brokers.items()}
 
     def start(self) -> "LocalCluster":
-        for broker in self.brokers.values():
-            broker.start()
-        self.wait_for_brokers(sorted(self.brokers))
+        """Start every broker side by side and wait until each lists them all."""
+        try:
+            for broker in self.brokers.values():
+                broker.launch()
+            for broker in self.brokers.values():
+                broker.wait_listening()
+            self.wait_for_brokers(sorted(self.brokers))
+        except BaseException:
+            self.close()
+            raise
         return self
 
     def move(self, broker_id: int) -> None:
