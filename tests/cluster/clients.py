@@ -72,8 +72,15 @@ def kafka_python_produce(bootstrap: str, topic: str, items: list[tuple[int, str]
 def kafka_python_consume(bootstrap: str, topic: str, partitions: list[int]) -> set[tuple[int, str]]:
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, consumer_timeout_ms=5000,
                              enable_auto_commit=False)
-    consumer.assign([KpPartition(topic, p) for p in partitions])
+    assigned = [KpPartition(topic, p) for p in partitions]
+    consumer.assign(assigned)
     consumer.seek_to_beginning()
-    found = {(r.partition, r.value.decode()) for r in consumer}
+    ends = consumer.end_offsets(assigned)
+    found = set()
+    # Up to the end offsets; consumer_timeout_ms only bounds a stall.
+    for record in consumer:
+        found.add((record.partition, record.value.decode()))
+        if all(consumer.position(tp) >= ends[tp] for tp in assigned):
+            break
     consumer.close()
     return found
