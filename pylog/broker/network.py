@@ -97,6 +97,7 @@ class Connection:
         self.queued_bytes = 0
         self.parked: Parked | None = None
         self.events = 0
+        self.closing = False  # close once the queued answers are out (failed SASL)
 
     def queue(self, reply: Reply) -> None:
         """Queue a response; consecutive byte chunks are merged so one send covers many."""
@@ -111,7 +112,8 @@ class Connection:
         self.queued_bytes += reply.size
 
     def wants_read(self) -> bool:
-        return (self.parked is None and self.queued_bytes < MAX_QUEUED_RESPONSE_BYTES
+        return (self.parked is None and not self.closing
+                and self.queued_bytes < MAX_QUEUED_RESPONSE_BYTES
                 and (self.missing > 0 or not self.budget.exhausted))
 
     def recharge(self, max_frame: int) -> None:
@@ -135,6 +137,14 @@ class Connection:
             self.sock.close()
         except OSError:
             pass
+
+
+def _tls_hint(inbound: bytearray, position: int, conn: Connection) -> str:
+    """A TLS record header where a frame size should be: say so in the log line."""
+    if not conn.tls and inbound[position:position + 2] == b"\x16\x03":
+        return f"; it looks like a TLS handshake, but listener {conn.listener.name} is " \
+               f"{conn.listener.security_protocol}"
+    return ""
 
 
 class Processor(threading.Thread):
@@ -282,6 +292,9 @@ class Processor(threading.Thread):
             if mask & selectors.EVENT_READ and conn.wants_read():
                 self._read(conn)
                 self._process(conn)
+            if conn.closing and not conn.outbound:
+                self._close(conn, None)  # the refusal was answered and logged
+                return
             self._update_interest(conn)
         except _PeerClosed:
             self._close(conn, None)
@@ -293,6 +306,9 @@ class Processor(threading.Thread):
             # Clients commonly reset instead of closing: routine, not a warning.
             log.info("connection from %s reset by the client", conn.address)
             self._close(conn, None)
+        except ssl.SSLError as error:
+            self._close(conn, f"TLS error on listener {conn.listener.name}: "
+                              f"{failure_reason(error)}")
         except OSError as error:
             self._close(conn, f"{type(error).__name__}: {error.strerror or error}")
         except Exception:
@@ -320,11 +336,12 @@ class Processor(threading.Thread):
         inbound = conn.inbound
         position = 0
         try:
-            while conn.parked is None and len(inbound) - position >= 4:
+            while conn.parked is None and not conn.closing and len(inbound) - position >= 4:
                 size = _SIZE.unpack_from(inbound, position)[0]
                 if size < 0 or size > self.max_request_bytes:
                     raise CloseConnection(f"request size {size} is outside 0.."
-                                          f"{self.max_request_bytes} (socket.request.max.bytes)")
+                                          f"{self.max_request_bytes} (socket.request.max.bytes)"
+                                          f"{_tls_hint(inbound, position, conn)}")
                 if len(inbound) - position - 4 < size:
                     break
                 payload = inbound[position + 4:position + 4 + size]  # one copy
@@ -332,6 +349,7 @@ class Processor(threading.Thread):
                 outcome = self.dispatcher.dispatch(payload, conn.session)
                 if isinstance(outcome, Reply):
                     conn.queue(outcome)
+                    conn.closing = outcome.close_after
                 elif isinstance(outcome, Parked):
                     conn.parked = outcome
                     self._parked.add(conn)
@@ -367,6 +385,9 @@ class Processor(threading.Thread):
                 self._update_interest(conn)
             except CloseConnection as reason:
                 self._close(conn, str(reason))
+            except ssl.SSLError as error:
+                self._close(conn, f"TLS error on listener {conn.listener.name}: "
+                                  f"{failure_reason(error)}")
             except OSError as error:
                 self._close(conn, f"{type(error).__name__}: {error}")
             except Exception:

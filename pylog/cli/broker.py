@@ -31,7 +31,8 @@ def run(args) -> int:
     # Serving without INFO lines about startup and shutdown leaves operators blind.
     logging.getLogger("pylog").setLevel(min(logging.getLogger().level, logging.INFO))
     broker = Broker(config).start()
-    host, port = broker.address
-    print(f"pylog broker {config['broker.id']} listening on {host}:{port}", flush=True)
+    listening = ", ".join(f"{name}://{host}:{port}"
+                          for name, (host, port) in broker.addresses.items())
+    print(f"pylog broker {config['broker.id']} listening on {listening}", flush=True)
     broker.serve_until_signal()
     return 0

@@ -16,6 +16,7 @@ Kafka's default principal builder gives.
 
 from __future__ import annotations
 
+import re
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,4 +155,5 @@ def failure_reason(error: BaseException) -> str:
     reason = getattr(error, "reason", None)
     if reason:
         return reason.lower().replace("_", " ")
-    return str(error) or type(error).__name__
+    text = getattr(error, "strerror", None) or str(error) or type(error).__name__
+    return re.sub(r"\s*\(_ssl\.c:\d+\)$", "", text)
