@@ -181,7 +181,7 @@ class RequestAuthorization:
         errors = [{"name": t["name"], "partitions": [
             {"partition_index": p["partition_index"], "error_code": TOPIC_AUTHORIZATION_FAILED}
             for p in t["partitions"]]} for t in refused]
-        return _pruned(body, "topics", kept, "topics", errors)
+        return pruned(body, "topics", kept, "topics", errors)
 
     def _offset_for_leader_epoch(self, body: dict, version: int, access: Access) -> Verdict:
         if body.get("replica_id", -2) >= 0:
@@ -195,7 +195,7 @@ class RequestAuthorization:
         errors = [{"topic": t["topic"], "partitions": [
             {"partition": p["partition"], "error_code": code} for p in t["partitions"]]}
             for t in refused]
-        return _pruned(body, "topics", kept, "topics", errors)
+        return pruned(body, "topics", kept, "topics", errors)
 
     # -- Metadata -----------------------------------------------------------------------------
 
@@ -240,7 +240,7 @@ class RequestAuthorization:
         errors = [{"name": t["name"], "error_code": TOPIC_AUTHORIZATION_FAILED,
                    "error_message": DENIED, "num_partitions": -1, "replication_factor": -1,
                    "configs": []} for t in refused]
-        return _pruned(body, "topics", kept, "topics", errors)
+        return pruned(body, "topics", kept, "topics", errors)
 
     def _delete_topics(self, body: dict, version: int, access: Access) -> Verdict:
         names = [n for n in body["topic_names"] if not access.topic(Op.DELETE, n)]
@@ -265,7 +265,7 @@ class RequestAuthorization:
         kept, refused = split_topics(body["topics"], lambda t: access.topic(Op.ALTER, t))
         errors = [{"name": t["name"], "error_code": TOPIC_AUTHORIZATION_FAILED,
                    "error_message": DENIED} for t in refused]
-        return _pruned(body, "topics", kept, "results", errors)
+        return pruned(body, "topics", kept, "results", errors)
 
     # -- configs ----------------------------------------------------------------------------
 
@@ -289,13 +289,13 @@ class RequestAuthorization:
         kept, errors = self._config_resources(body, Op.DESCRIBE_CONFIGS, access, lambda r, c: {
             "error_code": c, "error_message": DENIED, "resource_type": r["resource_type"],
             "resource_name": r["resource_name"], "configs": []})
-        return _pruned(body, "resources", kept, "results", errors)
+        return pruned(body, "resources", kept, "results", errors)
 
     def _alter_configs(self, body: dict, version: int, access: Access) -> Verdict:
         kept, errors = self._config_resources(body, Op.ALTER_CONFIGS, access, lambda r, c: {
             "error_code": c, "error_message": DENIED, "resource_type": r["resource_type"],
             "resource_name": r["resource_name"]})
-        return _pruned(body, "resources", kept, "responses", errors)
+        return pruned(body, "resources", kept, "responses", errors)
 
     # -- producers, ACLs, users --------------------------------------------------------------
 
@@ -349,7 +349,7 @@ class RequestAuthorization:
             for user in users]})
 
 
-def _pruned(body: dict, request_key: str, kept: list, response_key: str, errors: list
+def pruned(body: dict, request_key: str, kept: list, response_key: str, errors: list
             ) -> Verdict:
     """The request with only ``kept`` under ``request_key``, and a finish that appends
     ``errors`` to the response's ``response_key``."""

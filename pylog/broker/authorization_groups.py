@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pylog.broker.authorization import (
     DENIED, TOPIC_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Access, Verdict,
-    _pruned, split_topics)
+    pruned, split_topics)
 from pylog.errors import GroupAuthorizationFailedError
 from pylog.protocol import ApiKey
 from pylog.security.acls import AclOperation as Op, ResourceType
@@ -42,7 +42,7 @@ def _find_coordinator(body: dict, version: int, access: Access) -> Verdict:
     kept = [k for k in body["coordinator_keys"] if allowed(k)]
     errors = [{"key": k, "node_id": -1, "host": "", "port": -1, "error_code": code,
                "error_message": DENIED} for k in body["coordinator_keys"] if not allowed(k)]
-    return _pruned(body, "coordinator_keys", kept, "coordinators", errors)
+    return pruned(body, "coordinator_keys", kept, "coordinators", errors)
 
 
 def _membership(refusal: dict):
@@ -71,7 +71,7 @@ def _offset_commit(body: dict, version: int, access: Access) -> Verdict:
         for p in t["partitions"]]} for t in refused]
     if errors and not kept:
         return Verdict(response={"throttle_time_ms": 0, "topics": errors})
-    return _pruned(body, "topics", kept, "topics", errors)
+    return pruned(body, "topics", kept, "topics", errors)
 
 
 def _offset_fetch_group(group_id: str, topics, access: Access, version: int):
@@ -137,7 +137,7 @@ def _describe_groups(body: dict, version: int, access: Access) -> Verdict:
     errors = [{"error_code": GROUP_AUTHORIZATION_FAILED, "group_id": g, "group_state": "",
                "protocol_type": "", "protocol_data": "", "members": []}
               for g in body["groups"] if not access.group(Op.DESCRIBE, g)]
-    return _pruned(body, "groups", kept, "groups", errors)
+    return pruned(body, "groups", kept, "groups", errors)
 
 
 def _list_groups(body: dict, version: int, access: Access) -> Verdict:
@@ -155,7 +155,7 @@ def _delete_groups(body: dict, version: int, access: Access) -> Verdict:
     kept = [g for g in body["groups_names"] if access.group(Op.DELETE, g)]
     errors = [{"group_id": g, "error_code": GROUP_AUTHORIZATION_FAILED}
               for g in body["groups_names"] if not access.group(Op.DELETE, g)]
-    return _pruned(body, "groups_names", kept, "results", errors)
+    return pruned(body, "groups_names", kept, "results", errors)
 
 
 def _offset_delete(body: dict, version: int, access: Access) -> Verdict:
@@ -168,7 +168,7 @@ def _offset_delete(body: dict, version: int, access: Access) -> Verdict:
         for p in t["partitions"]]} for t in refused]
     if errors and not kept:
         return Verdict(response={"error_code": 0, "throttle_time_ms": 0, "topics": errors})
-    return _pruned(body, "topics", kept, "topics", errors)
+    return pruned(body, "topics", kept, "topics", errors)
 
 
 GROUP_CHECKS = {
