@@ -359,6 +359,26 @@ class BrokerConfig:
         name = self["inter.broker.listener.name"]
         return (name or self["security.inter.broker.protocol"]).strip().upper()
 
+    def inter_broker_client_settings(self) -> dict[str, str]:
+        """How this broker connects to others (replica fetchers): client settings with
+        librdkafka's names for the inter-broker listener. Over TLS it trusts that
+        listener's truststore and presents its own keystore as client certificate."""
+        name = self.inter_broker_listener_name
+        protocol = self.security_protocol_map.get(name, name)
+        settings = {"security.protocol": protocol}
+        if protocol in ("SSL", "SASL_SSL"):
+            tls = self.tls_settings(name)
+            settings["ssl.endpoint.identification.algorithm"] = (
+                tls.endpoint_identification_algorithm or "none")
+            if tls.truststore_location:
+                settings["ssl.ca.location"] = tls.truststore_location
+            if tls.keystore_location:
+                settings["ssl.certificate.location"] = tls.keystore_location
+                settings["ssl.key.location"] = tls.keystore_location
+            if tls.key_password:
+                settings["ssl.key.password"] = tls.key_password
+        return settings
+
     def listener_setting(self, listener_name: str, key: str) -> tuple[str, object]:
         """``(key used, value)`` of ``key`` for a listener: its
         ``listener.name.<name>.<key>`` override if set, else the broker-wide value."""

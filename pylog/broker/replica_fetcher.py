@@ -60,7 +60,7 @@ class ReplicaFetcher(threading.Thread):
                  address_of: Callable[[int], BrokerEndpoint | None], *,
                  max_wait_ms: int = 500, max_bytes: int = 10 * 1024 * 1024,
                  partition_max_bytes: int = 1024 * 1024, backoff_ms: int = 200,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 security=None, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(name=f"pylog-replica-fetcher-{local_id}-from-{leader_id}", daemon=True)
         self.local_id = local_id
         self.leader_id = leader_id
@@ -70,6 +70,7 @@ class ReplicaFetcher(threading.Thread):
         self._partition_max_bytes = partition_max_bytes
         self._backoff = backoff_ms / 1000
         self._clock = clock
+        self._security = security  # the inter-broker listener's client settings
         self._cond = threading.Condition()
         self._targets: dict[TopicPartition, FetchTarget] = {}
         self._stopping = False
@@ -145,7 +146,7 @@ class ReplicaFetcher(threading.Thread):
         timeout = self._max_wait_ms / 1000 + 10
         self._connection = BrokerConnection(endpoint.host, endpoint.port,
                                             client_id=f"pylog-replica-{self.local_id}",
-                                            timeout_s=timeout)
+                                            timeout_s=timeout, security=self._security)
         self._connection.connect()
         return self._connection
 

@@ -55,6 +55,7 @@ class ReplicaManager:
         metadata: a ZkClusterMetadata (topics(), brokers(), update_isr()).
         lag_time_ms: ``replica.lag.time.max.ms``.
         listener: the inter-broker listener's name; fetchers connect to leaders there.
+        security: the client settings (librdkafka names) fetchers use on that listener.
         wake: called with a TopicPartition after any change waiting requests care about.
     """
 
@@ -62,7 +63,7 @@ class ReplicaManager:
                  fetch_wait_max_ms: int = 500, fetch_max_bytes: int = 10 * 1024 * 1024,
                  fetch_partition_max_bytes: int = 1024 * 1024, fetch_backoff_ms: int = 200,
                  wake: Callable[[TopicPartition], None] = lambda tp: None,
-                 listener: str = "PLAINTEXT",
+                 listener: str = "PLAINTEXT", security=None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.logs = logs
         self.listener = listener
@@ -71,7 +72,7 @@ class ReplicaManager:
         self._lag_s = lag_time_ms / 1000
         self._fetch_settings = dict(max_wait_ms=fetch_wait_max_ms, max_bytes=fetch_max_bytes,
                                     partition_max_bytes=fetch_partition_max_bytes,
-                                    backoff_ms=fetch_backoff_ms)
+                                    backoff_ms=fetch_backoff_ms, security=security)
         self._wake = wake
         self._clock = clock
         self._lock = threading.RLock()

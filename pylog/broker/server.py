@@ -29,6 +29,7 @@ from pylog.broker.meta import ensure_meta
 from pylog.broker.network import Acceptor, ListenerSpec, Processor
 from pylog.broker.partitions import AppendWaiters, PartitionLogs
 from pylog.broker.replica_manager import ReplicaManager
+from pylog.client.security import SecurityConfig
 from pylog.cluster.metadata import ClusterMetadata
 from pylog.cluster.standalone import StandaloneMetadata
 from pylog.coordinator.coordinator import GroupCoordinator
@@ -178,7 +179,8 @@ class Broker:
                 fetch_max_bytes=config["replica.fetch.response.max.bytes"],
                 fetch_partition_max_bytes=config["replica.fetch.max.bytes"],
                 fetch_backoff_ms=config["replica.fetch.backoff.ms"], wake=waiters.notify,
-                listener=config.inter_broker_listener_name)
+                listener=config.inter_broker_listener_name,
+                security=SecurityConfig.from_mapping(config.inter_broker_client_settings()))
             logs.replicas = self.replicas
             self.metadata.add_listener(self.replicas.on_metadata_change)
             self.replicas.start()
