@@ -20,7 +20,7 @@ Environment:
     seed of the fault schedule (default: a random one). The seed is printed at the start
     and is in every assertion message; set it to replay a failing schedule.
 ``PYLOG_FAULT_SECONDS``
-    how long the fault loop runs (default 25, so ``make test`` stays short), e.g.
+    how long the fault loop runs (default 15, so ``make test`` stays short), e.g.
     ``PYLOG_FAULT_SECONDS=600 pytest tests/cluster/test_replication_faults.py``.
 
 Timings (pauses, when the producer's requests land) are not replayed exactly, only the
@@ -47,7 +47,7 @@ from tests.cluster.conftest import wait_until
 TOPIC = "faults"
 PARTITIONS = 3
 SESSION_TIMEOUT_S = 3.0
-FAULT_SECONDS = float(os.environ.get("PYLOG_FAULT_SECONDS") or 25)
+FAULT_SECONDS = float(os.environ.get("PYLOG_FAULT_SECONDS") or 15)
 
 
 @pytest.fixture
