@@ -41,4 +41,7 @@ def security_from_args(args):
         raise ConfigError("--command-config", f"{path}: {exc.problem}") from None
     # Java clients' files often carry other client settings; only security ones matter here.
     ignored = {key for key in settings if not key.startswith(("security.", "sasl.", "ssl."))}
-    return SecurityConfig.from_mapping({k: v for k, v in settings.items() if k not in ignored})
+    try:
+        return SecurityConfig.from_mapping({k: v for k, v in settings.items() if k not in ignored})
+    except ConfigError as exc:  # name the file too: the key alone may not say where it came from
+        raise ConfigError("--command-config", f"{path}: {exc}") from None

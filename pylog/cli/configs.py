@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 
+from pylog.cli._security import add_command_config_argument, security_from_args
 from pylog.cli.topics import add_bootstrap_argument, check_request_timeout
 from pylog.errors import ConfigError
 
@@ -44,6 +45,7 @@ def register(subparsers) -> None:
     parser.add_argument("--delete-config", metavar="K,K",
                         help="alter: configs to return to the default, comma-separated")
     add_bootstrap_argument(parser)
+    add_command_config_argument(parser)
     parser.set_defaults(func=run)
 
 
@@ -55,7 +57,8 @@ def run(args) -> int:
     add = parse_add_config(args.add_config) if args.add_config else {}
     delete = parse_delete_config(args.delete_config) if args.delete_config else []
     kind = args.entity_type[:-1]  # "topic" or "broker"
-    with Admin(args.bootstrap_server, request_timeout_ms=args.request_timeout_ms) as admin:
+    with Admin(args.bootstrap_server, request_timeout_ms=args.request_timeout_ms,
+               security=security_from_args(args)) as admin:
         if args.describe:
             entries = admin.describe_configs(kind, args.entity_name)
             for line in describe_lines(kind, args.entity_name, entries, show_all=args.all):

@@ -16,6 +16,7 @@ import re
 import sys
 import time
 
+from pylog.cli._security import add_command_config_argument, security_from_args
 from pylog.cli.offsets import parse_timestamp_ms, resolve_offsets
 from pylog.cli.topics import (
     INT32_MAX, INT64_MAX, add_bootstrap_argument, check_range, check_request_timeout)
@@ -37,6 +38,7 @@ def register(subparsers) -> None:
     parser.add_argument("--format", default="%v", help="output per record (default '%%v')")
     parser.add_argument("--fetch-max-bytes", type=int, default=1048576, help="per partition and fetch")
     add_bootstrap_argument(parser)
+    add_command_config_argument(parser)
     parser.set_defaults(func=run)
 
 
@@ -101,7 +103,8 @@ def run(args, stdout=None) -> int:
     check_range("--fetch-max-bytes", args.fetch_max_bytes, 1, INT32_MAX)
     check_request_timeout(args)
     printed = 0
-    with SimpleConsumer(args.bootstrap_server, request_timeout_ms=args.request_timeout_ms) as consumer:
+    with SimpleConsumer(args.bootstrap_server, request_timeout_ms=args.request_timeout_ms,
+                        security=security_from_args(args)) as consumer:
         partitions = [args.partition] if args.partition is not None else consumer.partitions_for(args.topic)
         positions = {TopicPartition(args.topic, p): o
                      for p, o in _start_offsets(consumer, args.topic, partitions, offset).items()}

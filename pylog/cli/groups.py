@@ -26,6 +26,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Iterable, Sequence
 
+from pylog.cli._security import add_command_config_argument, security_from_args
 from pylog.cli.topics import INT32_MAX, INT64_MAX, add_bootstrap_argument, check_range, check_request_timeout
 from pylog.errors import ConfigError, PylogError, RebalanceInProgressError, UnknownMemberIdError, \
     UnsupportedVersionError
@@ -70,6 +71,7 @@ def register(subparsers) -> None:
                       help="reset-offsets: only print the new offsets (the default)")
     mode.add_argument("--execute", action="store_true", help="reset-offsets: commit them")
     add_bootstrap_argument(parser)
+    add_command_config_argument(parser)
     parser.set_defaults(func=run)
 
 
@@ -80,7 +82,8 @@ def run(args) -> int:
     check_request_timeout(args)
     reset = reset_from_args(args)
     topics = parse_topics(args.topic)
-    with GroupsAdmin(args.bootstrap_server, request_timeout_ms=args.request_timeout_ms) as admin:
+    with GroupsAdmin(args.bootstrap_server, request_timeout_ms=args.request_timeout_ms,
+                     security=security_from_args(args)) as admin:
         if args.action == "list":
             return list_groups(admin, parse_states(args.state))
         if args.action == "describe":

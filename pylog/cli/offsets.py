@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 
+from pylog.cli._security import add_command_config_argument, security_from_args
 from pylog.cli.topics import (
     INT32_MAX, INT64_MAX, add_bootstrap_argument, check_range, check_request_timeout)
 from pylog.errors import ConfigError
@@ -27,6 +28,7 @@ def register(subparsers) -> None:
     parser.add_argument("--time", default="latest",
                         help="earliest, latest, an ISO-8601 timestamp or epoch milliseconds (default latest)")
     add_bootstrap_argument(parser)
+    add_command_config_argument(parser)
     parser.set_defaults(func=run)
 
 
@@ -61,7 +63,8 @@ def run(args) -> int:
     for partition in args.partition or ():
         check_range("--partition", partition, 0, INT32_MAX)
     check_request_timeout(args)
-    with SimpleConsumer(args.bootstrap_server, request_timeout_ms=args.request_timeout_ms) as consumer:
+    with SimpleConsumer(args.bootstrap_server, request_timeout_ms=args.request_timeout_ms,
+                        security=security_from_args(args)) as consumer:
         partitions = args.partition or consumer.partitions_for(args.topic)
         for partition, offset in sorted(resolve_offsets(consumer, args.topic, partitions,
                                                         args.time, "--time").items()):

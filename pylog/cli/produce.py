@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pylog.cli._security import add_command_config_argument, security_from_args
 from pylog.cli.topics import INT32_MAX, add_bootstrap_argument, check_range, check_request_timeout
 from pylog.errors import ConfigError, PylogError
 
@@ -31,6 +32,7 @@ def register(subparsers) -> None:
     parser.add_argument("--linger-ms", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=16384)
     add_bootstrap_argument(parser)
+    add_command_config_argument(parser)
     parser.set_defaults(func=run)
 
 
@@ -48,7 +50,8 @@ def run(args, stdin=None) -> int:
     futures = []
     with Producer(args.bootstrap_server, acks=args.acks, linger_ms=args.linger_ms,
                   batch_size=args.batch_size, compression=args.compression,
-                  request_timeout_ms=args.request_timeout_ms) as producer:
+                  request_timeout_ms=args.request_timeout_ms,
+                  security=security_from_args(args)) as producer:
         for number, line in enumerate(lines, 1):
             line = line.rstrip(b"\n").rstrip(b"\r")
             key = None

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
+from pylog.cli._security import add_command_config_argument, security_from_args
 from pylog.cli.topics import INT32_MAX, check_range
 from pylog.errors import (
     ConfigError, CorruptRecordError, KafkaError, OffsetOutOfRangeError, PylogError,
@@ -68,6 +69,7 @@ def register(subparsers) -> None:
                         help="bytes fetched per partition and request (default 1048576)")
     parser.add_argument("--request-timeout-ms", type=int, default=30000, metavar="MS",
                         help="timeout of every network call (default 30000)")
+    add_command_config_argument(parser)
     parser.set_defaults(func=run)
 
 
@@ -363,8 +365,10 @@ def run(args, clock: Callable[[], float] = time.monotonic,
         topics = re.compile(args.topic_white_list)
     except re.error as exc:
         raise ConfigError("--topic-white-list", f"not a regular expression: {exc}") from None
+    security = security_from_args(args)
     try:
-        network = NetworkClient(args.broker_list, request_timeout_ms=args.request_timeout_ms)
+        network = NetworkClient(args.broker_list, request_timeout_ms=args.request_timeout_ms,
+                                security=security)
     except ConfigError as exc:
         raise ConfigError("--broker-list", exc.problem) from None
     verifier = ReplicaVerifier(network, topics, args.fetch_size)

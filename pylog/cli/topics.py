@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Iterable, Mapping
 
+from pylog.cli._security import add_command_config_argument, security_from_args
 from pylog.errors import ConfigError
 
 if TYPE_CHECKING:  # importing pylog.client loads the whole client; `--help` stays fast
@@ -79,6 +80,7 @@ def register(subparsers) -> None:
     parser.add_argument("--unavailable-partitions", action="store_true",
                         help="describe: only partitions without a leader")
     add_bootstrap_argument(parser)
+    add_command_config_argument(parser)
     parser.set_defaults(func=run)
 
 
@@ -103,7 +105,8 @@ def run(args) -> int:
     check_range("--replication-factor", args.replication_factor, -1, INT16_MAX)
     check_request_timeout(args)
     configs = parse_configs(args.config)
-    with Admin(args.bootstrap_server, request_timeout_ms=args.request_timeout_ms) as admin:
+    with Admin(args.bootstrap_server, request_timeout_ms=args.request_timeout_ms,
+               security=security_from_args(args)) as admin:
         if args.action == "create":
             admin.create_topic(args.topic, 1 if args.partitions is None else args.partitions,
                                1 if args.replication_factor is None else args.replication_factor,
