@@ -17,6 +17,10 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from pylog.errors import ConfigError
+from pylog.client.security import parse_jaas_credentials
+from pylog.security.sasl import DEFAULT_MECHANISMS as DEFAULT_SASL_MECHANISMS
+from pylog.security.sasl import SUPPORTED_MECHANISMS as SUPPORTED_SASL_MECHANISMS
+from pylog.security.sasl import parse_mechanisms
 from pylog.security.tls import TlsSettings
 from pylog.types import SECURITY_PROTOCOLS
 from pylog.log import LogConfig
@@ -49,6 +53,15 @@ def _float(key: str, raw: str) -> float:
 
 
 def _str(key: str, raw: str) -> str:
+    return raw.strip()
+
+
+def _sasl_mechanisms(key: str, raw: str) -> str:
+    return ",".join(parse_mechanisms(key, raw))
+
+
+def _jaas(key: str, raw: str) -> str:
+    parse_jaas_credentials(key, raw)  # checks it names a username and a password
     return raw.strip()
 
 
@@ -156,6 +169,17 @@ _SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
     "zookeeper.connect": (_str, None, "host:port[,host:port][/chroot]; set for cluster mode"),
     "zookeeper.session.timeout.ms": (_int, 18000, "ZooKeeper session timeout"),
     "zookeeper.connection.timeout.ms": (_int, 18000, "wait this long for the first connection"),
+    "sasl.enabled.mechanisms": (_sasl_mechanisms, ",".join(DEFAULT_SASL_MECHANISMS),
+                                "SASL mechanisms of SASL listeners: PLAIN, SCRAM-SHA-256, "
+                                "SCRAM-SHA-512"),
+    "sasl.mechanism.inter.broker.protocol": (
+        _str, "SCRAM-SHA-512", "mechanism this broker logs in with on a SASL inter-broker "
+                               "listener"),
+    "sasl.jaas.config": (_jaas, None, "this broker's own SASL login, JAAS style (username=\"...\" "
+                                      "password=\"...\"); usually given per listener and "
+                                      "mechanism as listener.name.<l>.<mech>.sasl.jaas.config"),
+    "connections.max.reauth.ms": (_int, 0, "SASL clients must re-authenticate within this "
+                                           "(0: never)"),
     "authorizer.class.name": (_str, "", "set (e.g. kafka.security.authorizer.AclAuthorizer) "
                                         "to check every request against ACLs"),
     "super.users": (_str, None, "User:a;User:b: principals the authorizer lets do anything"),
@@ -362,7 +386,9 @@ class BrokerConfig:
     def inter_broker_client_settings(self) -> dict[str, str]:
         """How this broker connects to others (replica fetchers): client settings with
         librdkafka's names for the inter-broker listener. Over TLS it trusts that
-        listener's truststore and presents its own keystore as client certificate."""
+        listener's truststore and presents its own keystore as client certificate; over
+        SASL it logs in with ``sasl.mechanism.inter.broker.protocol`` and the JAAS
+        ``username``/``password`` of ``listener.name.<l>.<mech>.sasl.jaas.config``."""
         name = self.inter_broker_listener_name
         protocol = self.security_protocol_map.get(name, name)
         settings = {"security.protocol": protocol}
@@ -377,6 +403,15 @@ class BrokerConfig:
                 settings["ssl.key.location"] = tls.keystore_location
             if tls.key_password:
                 settings["ssl.key.password"] = tls.key_password
+        if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+            mechanism = self["sasl.mechanism.inter.broker.protocol"].upper()
+            login = self.sasl_login(name)
+            if login is None:
+                raise ConfigError(f"listener.name.{name.lower()}.{mechanism.lower()}"
+                                  f".sasl.jaas.config", f"required: the login this broker uses "
+                                  f"on its SASL inter-broker listener {name}")
+            settings.update({"sasl.mechanism": mechanism, "sasl.username": login[0],
+                             "sasl.password": login[1]})
         return settings
 
     def listener_setting(self, listener_name: str, key: str) -> tuple[str, object]:
@@ -386,6 +421,16 @@ class BrokerConfig:
         if prefixed in self.values:
             return prefixed, self.values[prefixed]
         return key, self[key]
+
+    def sasl_login(self, listener_name: str) -> tuple[str, str] | None:
+        """(username, password) this broker logs in with on ``listener_name``, from
+        ``listener.name.<l>.<mechanism>.sasl.jaas.config`` (mechanism:
+        ``sasl.mechanism.inter.broker.protocol``) or ``sasl.jaas.config``; None if unset."""
+        mechanism = self["sasl.mechanism.inter.broker.protocol"].lower()
+        key, text = self.listener_setting(listener_name, f"{mechanism}.sasl.jaas.config") \
+            if f"listener.name.{listener_name.lower()}.{mechanism}.sasl.jaas.config" \
+            in self.values else ("sasl.jaas.config", self["sasl.jaas.config"])
+        return None if text is None else parse_jaas_credentials(key, text)
 
     def tls_settings(self, listener_name: str) -> TlsSettings:
         """The TLS settings of one listener (per-listener overrides applied)."""
@@ -469,7 +514,7 @@ class BrokerSetting:
 
 
 _TYPE_NAMES = {_int: "long", _bool: "boolean", _float: "double", _str: "string",
-               parse_cleanup_policy: "list"}
+               parse_cleanup_policy: "list", _sasl_mechanisms: "list", _jaas: "password"}
 
 
 def broker_settings() -> list[BrokerSetting]:
@@ -485,10 +530,15 @@ _CLEANER_KEYS = {"enabled": "log.cleaner.enable", "threads": "log.cleaner.thread
 
 def _listener_setting(key: str) -> str:
     """The setting a key sets: ``listener.name.<name>.<setting>`` sets ``<setting>`` (for
-    the settings a listener may override), any other key itself."""
+    the settings a listener may override; ``<mechanism>.sasl.jaas.config`` is one), any
+    other key itself."""
     match = _LISTENER_KEY.match(key)
     if match and match["setting"] in LISTENER_SETTINGS:
         return match["setting"]
+    if match:
+        mechanism, _, setting = match["setting"].partition(".")
+        if setting == "sasl.jaas.config" and mechanism.upper() in SUPPORTED_SASL_MECHANISMS:
+            return setting
     return key
 
 

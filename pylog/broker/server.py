@@ -35,6 +35,8 @@ from pylog.cluster.standalone import StandaloneMetadata
 from pylog.coordinator.coordinator import GroupCoordinator
 from pylog.errors import ConfigError
 from pylog.log import LogManager
+from pylog.security.credentials import open_broker_store
+from pylog.security.sasl import SaslService
 from pylog.security.authorizer import AclAuthorizer, build_authorizer
 from pylog.types import BrokerEndpoint, ListenerEndpoint
 
@@ -85,6 +87,7 @@ class Broker:
         self.manager: LogManager | None = None
         self.replicas: ReplicaManager | None = None
         self.coordinator: GroupCoordinator | None = None
+        self.sasl: SaslService | None = None
         self.authorizer: AclAuthorizer | None = None
         self._servers: list[tuple[ListenerSpec, socket.socket]] = []
         self._processors: list[Processor] = []
@@ -186,8 +189,14 @@ class Broker:
             self.replicas.start()
         self.coordinator = GroupCoordinator(config, self.metadata, logs, waiters,
                                             self.clock, wall_ms=self.wall_ms).start()
+        self.sasl = SaslService(
+            open_broker_store(config.log_dirs, config["zookeeper.connect"],
+                              session_timeout_ms=config["zookeeper.session.timeout.ms"],
+                              connection_timeout_ms=config["zookeeper.connection.timeout.ms"]),
+            config["sasl.enabled.mechanisms"].split(","),
+            reauth_ms=config["connections.max.reauth.ms"], clock=self.clock)
         dispatcher = Dispatcher(AdminHandlers(config, self.metadata, logs), logs, self.clock,
-                                GroupHandlers(self.coordinator, self.clock))
+                                GroupHandlers(self.coordinator, self.clock), sasl=self.sasl)
         self._start_authorizer(dispatcher)
         budget = RequestBudget(config["queued.max.request.bytes"])
         self._processors = [
@@ -262,6 +271,9 @@ class Broker:
             dispatcher.acls = AclHandlers(self.authorizer)
 
     def _close_storage(self) -> None:
+        if self.sasl is not None:
+            self.sasl.close()
+            self.sasl = None
         if self.authorizer is not None:
             self.authorizer.close()
             self.authorizer = None
