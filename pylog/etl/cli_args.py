@@ -48,9 +48,7 @@ def main(argv: list[str]) -> int:
 
         config = load_config(args.config)
         request = request_from_args(args)
-        from pyspark.sql import SparkSession
-
-        spark = SparkSession.builder.appName("pylog-load").getOrCreate()
+        spark = _spark_session(config)
         try:
             audits = run_load(config, spark, request)
         finally:
@@ -60,3 +58,17 @@ def main(argv: list[str]) -> int:
         return 1
     print(format_summary(audits))
     return 0
+
+
+def _spark_session(config):
+    from pyspark import SparkConf
+    from pyspark.sql import SparkSession
+
+    from pylog.etl.source import executor_spark_conf
+
+    submitted = SparkConf()  # what spark-submit was given, before the session exists
+    builder = SparkSession.builder.appName("pylog-load")
+    for key, value in executor_spark_conf(config.source, submitted.get("spark.master", "local"),
+                                          submitted.get("spark.redaction.regex")).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()

@@ -8,6 +8,9 @@ for example ``topics.page_views.format``. Layout::
       client_id: pylog-loader
       request_timeout_ms: 30000
       fetch_max_bytes: 8388608               # per fetch request
+      # on a secured cluster (see pylog.etl.source): security.protocol, sasl.mechanism,
+      # sasl.username, sasl.password_env | sasl.password_file, ssl.ca.location, ...;
+      # or airflow_conn_id: a kafka connection holding every client setting
     warehouse: file:///var/lib/pylog/warehouse   # file://, hdfs://, webhdfs://
     state: file:///var/lib/pylog/state
     lock_timeout_seconds: 300                # a lock not refreshed for this long is stale
@@ -41,6 +44,7 @@ from typing import Any
 import yaml
 
 from pylog.errors import ConfigError
+from pylog.etl.source import SOURCE_SECURITY_KEYS, SourceSecurity, parse_source_security
 from pylog.timestamps import epoch_ms
 
 # Payload types a JSON schema may declare, by the name used in loader.yaml.
@@ -54,13 +58,16 @@ RESERVED_COLUMNS = ("_topic", "_partition", "_offset", "_timestamp", "_key", "dt
 @dataclass(frozen=True, slots=True)
 class SourceConfig:
     bootstrap_servers: tuple[str, ...]
-    """host:port of brokers to ask for metadata."""
+    """host:port of brokers to ask for metadata (empty: the Airflow connection's)."""
     client_id: str = "pylog-loader"
     """Client id sent with every request."""
     request_timeout_ms: int = 30000
     """How long one request may take."""
     fetch_max_bytes: int = 8 * 1024 * 1024
     """max_bytes of each fetch request."""
+    security: SourceSecurity = SourceSecurity()
+    """Security settings and where the secrets are read from: references only, resolved
+    by :func:`pylog.etl.source.resolve_source` where a client is made."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,11 +245,13 @@ def parse_duration_seconds(value: Any, key: str) -> float:
 
 
 def _parse_source(raw: dict) -> SourceConfig:
-    _no_unknown(raw, "source", {"bootstrap_servers", "client_id", "request_timeout_ms", "fetch_max_bytes"})
-    servers = _required(raw, "bootstrap_servers", "source")
+    _no_unknown(raw, "source", {"bootstrap_servers", "client_id", "request_timeout_ms", "fetch_max_bytes",
+                                *SOURCE_SECURITY_KEYS})
+    security = parse_source_security(raw, has_bootstrap=raw.get("bootstrap_servers") is not None)
+    servers = [] if security.airflow_conn_id else _required(raw, "bootstrap_servers", "source")
     if isinstance(servers, str):
         servers = [s.strip() for s in servers.split(",") if s.strip()]
-    if not isinstance(servers, list) or not servers:
+    if not isinstance(servers, list) or (not servers and not security.airflow_conn_id):
         raise ConfigError("source.bootstrap_servers", "expected host:port or a list of them")
     for server in servers:
         host, _, port = str(server).rpartition(":")
@@ -254,7 +263,8 @@ def _parse_source(raw: dict) -> SourceConfig:
         request_timeout_ms=int(_number(raw.get("request_timeout_ms", 30000), "source.request_timeout_ms",
                                        minimum=1, integer=True)),
         fetch_max_bytes=int(_number(raw.get("fetch_max_bytes", 8 * 1024 * 1024), "source.fetch_max_bytes",
-                                    minimum=1024, integer=True)))
+                                    minimum=1024, integer=True)),
+        security=security)
 
 
 _TOPIC_KEYS = {"table", "format", "schema", "event_time", "max_event_lateness_seconds",

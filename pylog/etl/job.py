@@ -35,6 +35,7 @@ from pylog.etl.fs import Storage
 from pylog.etl.layout import bucket_ms
 from pylog.etl.model import BACKFILL, SCHEDULED, AuditEntry, TablePlan, TaskDoneMarker
 from pylog.etl.planner import plan_backfill, plan_scheduled, topic_offsets
+from pylog.etl.source import resolve_source
 from pylog.etl.state import StateStore
 from pylog.etl.task import TaskSpec
 
@@ -83,9 +84,9 @@ def run_load(config: LoaderConfig, spark, request: LoadRequest) -> list[AuditEnt
     run_id = request.run_id or new_run_id(request.kind)
     state = StateStore(config.state)
     warehouse = Storage.from_uri(config.warehouse)
-    consumer = SimpleConsumer(list(config.source.bootstrap_servers), client_id=config.source.client_id,
-                              request_timeout_ms=config.source.request_timeout_ms,
-                              isolation_level="read_committed")
+    # Secrets are read here, on the driver; the task specs carry only their references.
+    servers, settings = resolve_source(config.source).client_arguments(config.source)
+    consumer = SimpleConsumer(servers, **settings, isolation_level="read_committed")
     audits = []
     try:
         selected = config.select(list(request.topics) if request.topics else None)

@@ -33,6 +33,7 @@ from pylog.etl.freshness import check_fresh
 from pylog.etl.fs import Storage
 from pylog.etl.layout import staging_root
 from pylog.etl.model import BACKFILL, OffsetGap, TaskDoneMarker, TaskRange
+from pylog.etl.source import resolve_source
 from pylog.etl.state import StateStore
 from pylog.etl.writer import MB, PartitionedWriter, WrittenFile, in_window, remove_range_files
 from pylog.records import decode_columns
@@ -84,10 +85,9 @@ def run_task(spec: TaskSpec, attempt: int = 0) -> TaskDoneMarker:
     # driver planned the range to the last stable offset.
     # One consumer per executor process, shared by its tasks (connections and metadata
     # outlive the task); close() on it is a no-op.
-    consumer = shared_consumer(list(spec.source.bootstrap_servers),
-                               client_id=spec.source.client_id,
-                               request_timeout_ms=spec.source.request_timeout_ms,
-                               isolation_level="read_committed")
+    # The spec holds the source's secret references only: this executor reads them itself.
+    servers, settings = resolve_source(spec.source).client_arguments(spec.source)
+    consumer = shared_consumer(servers, **settings, isolation_level="read_committed")
     output = _TaskOutput(spec)
     try:
         fetched = _fetch_range(spec, consumer, gaps, output.add)

@@ -24,6 +24,7 @@ from typing import Callable
 
 from pylog.etl.config import LoaderConfig
 from pylog.etl.model import AuditEntry
+from pylog.etl.source import resolve_source
 from pylog.etl.state import StateStore
 from pylog.warehouse.render import human_bytes, text_table, utc_ms
 
@@ -67,8 +68,8 @@ def collect_status(config: LoaderConfig, topics: list[str] | None = None,
 
         consumer_factory = SimpleConsumer
     state = StateStore(config.state)
-    consumer = consumer_factory(list(config.source.bootstrap_servers), client_id=config.source.client_id,
-                                request_timeout_ms=config.source.request_timeout_ms)
+    servers, settings = resolve_source(config.source).client_arguments(config.source)
+    consumer = consumer_factory(servers, **settings)
     try:
         return [_table_status(topic.table, topic.topic, consumer, state)
                 for topic in config.select(topics)]
