@@ -11,7 +11,10 @@ hide the broker's. Prints msgs/s and MB/s per protocol and the ratio to PLAINTEX
 loses zero-copy under TLS too: pylog's fetch goes from ``os.sendfile`` to bounded
 ``pread`` chunks encrypted by OpenSSL.
 
-    python benchmarks/security_bench.py [--messages 200000] [--fetch-mb 256]
+Then connections per second through each listener, with a full TLS handshake and SCRAM
+exchange where the listener asks for them.
+
+    python benchmarks/security_bench.py [--messages 200000] [--fetch-mb 256] [--seconds 3]
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import argparse
 import os
 import socket
 import ssl
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +34,8 @@ from typing import Callable
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from pylog.client.connection import BrokerConnection
+from pylog.client.security import SecurityConfig
 from pylog.protocol import ApiKey, decode_response, encode_request
 from pylog.records import iter_batch_headers
 from pylog.testing.broker import HOST, BrokerProcess
@@ -55,14 +61,34 @@ def _tls_client(certs: TestCertificates) -> dict:
     return {"security.protocol": "SSL", "ssl.ca.location": str(certs.truststore)}
 
 
+USER, PASSWORD = "bench", "bench-secret"
+
+
+def _scram_client(certs: TestCertificates) -> dict:
+    return {"security.protocol": "SASL_SSL", "ssl.ca.location": str(certs.truststore),
+            "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": USER, "sasl.password": PASSWORD}
+
+
 # One line per protocol; the first is the baseline the others are compared with.
 PROTOCOLS = [
     Protocol("PLAINTEXT", "PLAINTEXT"),
     Protocol("SSL", "SSL", broker=lambda certs: certs.broker_settings(), client=_tls_client),
+    Protocol("SASL_SSL", "SASL_SSL", broker=lambda certs: {
+        **certs.broker_settings(), "sasl.enabled.mechanisms": "SCRAM-SHA-256"},
+        client=_scram_client, raw=False),
 ]
 
 
+def add_user(log_dir: Path) -> None:
+    """The SCRAM user, added offline before the start as an operator would."""
+    subprocess.run([sys.executable, "-m", "pylog.cli.main", "users", "add", "--user", USER,
+                    "--password-env", "BENCH_PASSWORD", "--mechanism", "SCRAM-SHA-256",
+                    "--log-dirs", str(log_dir)], check=True, capture_output=True,
+                   env={**os.environ, "BENCH_PASSWORD": PASSWORD})
+
+
 def start_broker(base: Path, certs: TestCertificates) -> BrokerProcess:
+    add_user(base / "broker" / "logs")
     overrides: dict = {"listener.security.protocol.map": ",".join(
         f"{p.listener}:{p.security_protocol}" for p in PROTOCOLS),
         "log.segment.bytes": 256 * 1024 * 1024}
@@ -152,10 +178,27 @@ def raw_tls(certs: TestCertificates, protocol: Protocol) -> ssl.SSLContext | Non
     return context
 
 
+def connection_rate(broker: BrokerProcess, certs: TestCertificates, protocol: Protocol,
+                    seconds: float) -> float:
+    """Connections per second, each opened (TCP, TLS and SASL as the protocol needs),
+    asked ApiVersions and closed, one after the other by pylog's client."""
+    security = SecurityConfig.from_mapping(protocol.client(certs))
+    port = broker.ports[protocol.listener]
+    count = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        connection = BrokerConnection(HOST, port, security=security)
+        connection.request(ApiKey.METADATA, {"topics": [], "allow_auto_topic_creation": False})
+        connection.close()
+        count += 1
+    return count / (time.perf_counter() - start)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--fetch-mb", type=int, default=256)
+    parser.add_argument("--seconds", type=float, default=3.0)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="pylog-security-bench-") as tmp:
         base = Path(tmp)
@@ -200,6 +243,15 @@ def main(argv: list[str] | None = None) -> int:
                     line += (f" | raw Fetch reader {raw[protocol.listener]:8.1f} MB/s "
                              f"x{raw[protocol.listener] / raw[baseline.listener]:.2f}")
                 print(f"{line}  (of {baseline.listener})")
+
+            print(f"\n-- connections: open (with TLS and SCRAM-SHA-256 as the listener "
+                  f"needs), one Metadata request, close; one client thread, {args.seconds} s")
+            rates = {p.listener: connection_rate(broker, certs, p, args.seconds)
+                     for p in PROTOCOLS}
+            for protocol in PROTOCOLS:
+                rate = rates[protocol.listener]
+                print(f"{protocol.listener:>12}: {rate:8.0f} connections/s "
+                      f"x{rate / rates[baseline.listener]:.2f} of {baseline.listener}")
         finally:
             broker.stop()
     return 0
