@@ -127,6 +127,8 @@ _SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
     "socket.receive.buffer.bytes": (_int, 102400, "SO_RCVBUF (-1: OS default)"),
     "queued.max.request.bytes": (_int, 512 * 1024 * 1024,
                                  "request bytes buffered broker-wide before reads pause"),
+    "connections.max.idle.ms": (_int, 600000,
+                                "close connections idle this long (-1: never)"),
     "num.network.threads": (_int, 3, "processor threads that read, handle and write requests"),
     "min.insync.replicas": (_int, 1, "acks=all needs at least this many in-sync replicas"),
     "unclean.leader.election.enable": (_bool, False,

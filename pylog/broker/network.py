@@ -98,6 +98,7 @@ class Connection:
         self.parked: Parked | None = None
         self.events = 0
         self.closing = False  # close once the queued answers are out (failed SASL)
+        self.last_active = 0.0  # clock seconds of the last read or write
 
     def queue(self, reply: Reply) -> None:
         """Queue a response; consecutive byte chunks are merged so one send covers many."""
@@ -153,8 +154,12 @@ class Processor(threading.Thread):
     def __init__(self, index: int, dispatcher: Dispatcher, max_request_bytes: int,
                  add_waiter: Callable, remove_waiter: Callable,
                  clock: Callable[[], float] = time.monotonic,
-                 budget: RequestBudget | None = None) -> None:
+                 budget: RequestBudget | None = None, max_idle_ms: int | None = None) -> None:
         super().__init__(name=f"pylog-processor-{index}", daemon=True)
+        # connections.max.idle.ms: a connection with no traffic for this long (a stalled
+        # TLS handshake, a client that went away silently) is closed; -1/None: never.
+        self.max_idle_s = max_idle_ms / 1000 if max_idle_ms and max_idle_ms > 0 else None
+        self._next_idle_check = 0.0
         self.dispatcher = dispatcher
         self.max_request_bytes = max_request_bytes
         self.budget = budget or RequestBudget(1 << 62)
@@ -209,6 +214,7 @@ class Processor(threading.Thread):
                 self._accept_new()
                 self._retry_parked()
                 self._read_tls_pending()
+                self._close_idle()
                 if self._recheck_reads:
                     self._recheck_reads = False
                     for conn in list(self._connections):
@@ -223,9 +229,29 @@ class Processor(threading.Thread):
     def _timeout(self) -> float | None:
         if self._new or any(conn.wants_read() for conn in self._tls_pending):
             return 0
-        if not self._parked:
+        deadlines = [c.parked.deadline for c in self._parked]
+        if self.max_idle_s is not None and self._connections:
+            deadlines.append(self._next_idle_check)
+        if not deadlines:
             return None
-        return max(0.0, min(c.parked.deadline for c in self._parked) - self.clock())
+        return max(0.0, min(deadlines) - self.clock())
+
+    def _close_idle(self) -> None:
+        """Close connections silent for ``connections.max.idle.ms`` (checked about ten
+        times per period; a connection with a parked request is waiting, not idle)."""
+        if self.max_idle_s is None:
+            return
+        now = self.clock()
+        if now < self._next_idle_check:
+            return
+        self._next_idle_check = now + min(max(self.max_idle_s / 10, 0.05), 30.0)
+        for conn in [c for c in self._connections
+                     if c.parked is None and now - c.last_active > self.max_idle_s]:
+            log.info("connection from %s on listener %s closed: idle for more than %d ms "
+                     "(connections.max.idle.ms)%s", conn.address, conn.listener.name,
+                     self.max_idle_s * 1000, " during the TLS handshake"
+                     if conn.handshaking else "")
+            self._close(conn, None)
 
     def _drain_wakeups(self) -> None:
         try:
@@ -249,6 +275,7 @@ class Processor(threading.Thread):
                     sock.close()
                     continue
             conn = Connection(sock, address, self.budget, listener)
+            conn.last_active = self.clock()
             self._connections.add(conn)
             self._update_interest(conn)
 
@@ -281,6 +308,7 @@ class Processor(threading.Thread):
             self._on_event(conn, selectors.EVENT_READ)
 
     def _on_event(self, conn: Connection, mask: int) -> None:
+        conn.last_active = self.clock()
         try:
             if conn.handshaking:
                 if not self._handshake(conn):
@@ -379,6 +407,7 @@ class Processor(threading.Thread):
                 if reply is None:
                     continue
                 self._unpark(conn)
+                conn.last_active = now
                 conn.queue(reply)
                 self._write(conn)
                 self._process(conn)  # requests that arrived behind the Fetch

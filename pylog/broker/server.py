@@ -201,7 +201,7 @@ class Broker:
         budget = RequestBudget(config["queued.max.request.bytes"])
         self._processors = [
             Processor(i, dispatcher, config["socket.request.max.bytes"], waiters.add,
-                      waiters.remove, self.clock, budget)
+                      waiters.remove, self.clock, budget, config["connections.max.idle.ms"])
             for i in range(config["num.network.threads"])]
         for processor in self._processors:
             processor.start()

@@ -374,3 +374,21 @@ def test_a_broker_with_a_wrong_key_password_names_the_key(tmp_path, certs):
     assert len(errors) == 1, result.stderr
     assert errors[0].startswith("pylog broker: error: ssl.key.password: cannot decrypt")
     assert "hunter2" not in result.stderr + result.stdout
+
+
+def test_connections_idle_past_connections_max_idle_ms_are_closed(tmp_path, certs):
+    overrides = {**certs.broker_settings(), "connections.max.idle.ms": "1000"}
+    with BrokerProcess(tmp_path, overrides, extra_listeners=["SSL"]) as broker:
+        hello = client_hello()
+        stalled = socket.create_connection(("127.0.0.1", broker.ports["SSL"]))
+        stalled.sendall(hello[:len(hello) // 2])
+        silent = socket.create_connection(("127.0.0.1", broker.port))
+        for sock in (stalled, silent):
+            sock.settimeout(30)
+            with sock:
+                assert sock.recv(1) == b""  # closed by the broker, not by the timeout
+        still_serves(broker, certs)
+        text = broker.log_text()
+        assert "idle for more than 1000 ms (connections.max.idle.ms) during the TLS handshake" \
+            in text
+        assert text.count("(connections.max.idle.ms)") >= 2
