@@ -11,11 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pendulum
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, Param, dag, task
 
 from pylog.etl.config import load_config
 from pylog.orchestration import loads
+from pylog.orchestration.connections import source_environment
+from pylog.orchestration.operators import PylogSparkSubmitOperator
 from pylog.orchestration.settings import at_runtime, from_environment
 
 SETTINGS = from_environment(Path(__file__).resolve().parents[1])
@@ -36,7 +37,7 @@ def pylog_backfill():
         return loads.backfill_arguments(at_runtime(SETTINGS).loader_config, run_id, params["since"],
                                         params.get("until"), params.get("topics"))
 
-    backfill = SparkSubmitOperator(
+    backfill = PylogSparkSubmitOperator(
         task_id="backfill", application=SETTINGS.load_application, conn_id=SETTINGS.spark_conn_id,
         name="pylog-backfill", py_files=SETTINGS.py_files, env_vars=SETTINGS.spark_env,
         application_args=backfill_arguments())
@@ -44,7 +45,9 @@ def pylog_backfill():
     @task(retries=0)  # a run that does not add up stays failed until someone looks
     def audit(params=None, run_id=None) -> str:
         topics = [t.strip() for t in (params.get("topics") or "").split(",") if t.strip()] or None
-        return loads.audit(at_runtime(SETTINGS).loader_config, run_id, max_lag=None, topics=topics)
+        config = at_runtime(SETTINGS).loader_config
+        source_environment(config)
+        return loads.audit(config, run_id, max_lag=None, topics=topics)
 
     @task(outlets=TABLE_ASSETS)
     def register_partitions() -> list[str]:

@@ -6,7 +6,9 @@ compact (small files of partitions older than ``compaction.older_than`` rewritte
 the table lock; skipped when ``compaction.after_load`` is false in loader.yaml).
 
 The Airflow run id is the load's run id: a retried task or a cleared DAG run reuses the
-load's plan and adds no duplicates. Settings: see pylog.orchestration.settings.
+load's plan and adds no duplicates. Settings: see pylog.orchestration.settings. A source
+behind ``source.airflow_conn_id`` is resolved at execute time and reaches spark-submit
+through its environment only (pylog.orchestration.connections).
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from datetime import timedelta
 from pathlib import Path
 
 import pendulum
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, dag, task
 
 from pylog.etl.config import load_config
 from pylog.orchestration import loads
+from pylog.orchestration.connections import source_environment
+from pylog.orchestration.operators import PylogSparkSubmitOperator
 from pylog.orchestration.settings import at_runtime, from_environment
 
 SETTINGS = from_environment(Path(__file__).resolve().parents[1])
@@ -35,7 +38,7 @@ def pylog_load():
     def plan_loads(run_id=None) -> list[list[str]]:
         return loads.load_arguments(at_runtime(SETTINGS).loader_config, run_id)
 
-    load = SparkSubmitOperator.partial(
+    load = PylogSparkSubmitOperator.partial(
         task_id="load", application=SETTINGS.load_application, conn_id=SETTINGS.spark_conn_id,
         name="pylog-load", py_files=SETTINGS.py_files, env_vars=SETTINGS.spark_env,
     ).expand(application_args=plan_loads())
@@ -43,6 +46,7 @@ def pylog_load():
     @task(retries=0)  # a run that does not add up stays failed until someone looks
     def audit(run_id=None) -> str:
         settings = at_runtime(SETTINGS)
+        source_environment(settings.loader_config)  # the lag check asks the brokers
         return loads.audit(settings.loader_config, run_id, settings.max_lag)
 
     @task(outlets=TABLE_ASSETS)

@@ -64,7 +64,7 @@ def test_load_dag_maps_one_spark_submit_per_topic_then_audits_and_registers(dagb
     tasks = dag["tasks"]
     assert dag["schedule"] == "@hourly"  # the default
     load = tasks["load"]
-    assert load["mapped"] and load["operator"] == "SparkSubmitOperator"
+    assert load["mapped"] and load["operator"] == "PylogSparkSubmitOperator"
     assert load["application"].endswith("jobs/load_log.py")
     assert tasks["load"]["upstream"] == ["plan_loads"]
     assert tasks["audit"]["upstream"] == ["load"]
@@ -77,7 +77,7 @@ def test_backfill_dag_takes_since_until_topics(dagbag):
     dag = dagbag["dags"]["pylog_backfill"]
     assert dag["schedule"] == "None"
     assert dag["params"] == ["since", "topics", "until"]
-    assert dag["tasks"]["backfill"]["operator"] == "SparkSubmitOperator"
+    assert dag["tasks"]["backfill"]["operator"] == "PylogSparkSubmitOperator"
     assert dag["tasks"]["backfill"]["upstream"] == ["backfill_arguments"]
     assert dag["tasks"]["register_partitions"]["outlets"]
 
