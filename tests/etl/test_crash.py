@@ -22,12 +22,15 @@ from tests.etl.helpers import assert_exactly_once, broker_records, events, write
 REPO = Path(__file__).resolve().parents[2]
 
 
-def pylog_load(config_path: str, run_id: str, fault: str) -> subprocess.CompletedProcess:
+def pylog_load(config_path: str, run_id: str, fault: str,
+               master: str | None = "local[2]") -> subprocess.CompletedProcess:
+    """``pylog load`` with the shipped conf/ (``master`` None: no --master, none in the env)."""
     env = spark_env()
     env.update(PYLOG_FAULT=fault, SPARK_CONF_DIR=str(REPO / "conf"))
+    env.pop("MASTER", None)
     return subprocess.run(
         [sys.executable, "-m", "pylog.cli.main", "load", "--config", config_path, "--run-id", run_id,
-         "--master", "local[2]"],
+         *(["--master", master] if master else [])],
         env=env, capture_output=True, text=True, timeout=300, start_new_session=True)
 
 
@@ -49,11 +52,16 @@ def test_killed_load_then_rerun(spark, mock_cluster, tmp_path, fault):
     with pytest.raises(TableLockedError, match="crash-1"):  # its lock is still fresh
         run_load(config, spark, LoadRequest(run_id="someone-else"))
 
-    if fault == "after_plan":  # one rerun through the whole wrapper, as an operator would
-        rerun = pylog_load(config.path, "crash-1", "")
+    if fault == "after_plan":
+        # One rerun through the whole wrapper, as an operator would. It has no --master and
+        # conf/spark-defaults.conf names none, so it runs on local[*,4]: every task fails its
+        # first attempt here and is retried (plain local[*] would fail the job).
+        rerun = pylog_load(config.path, "crash-1", "fail_first_attempt", master=None)
         assert rerun.returncode == 0, rerun.stderr[-3000:]
         summary = [line.split() for line in rerun.stdout.splitlines() if line.startswith("ev ")]
         assert ["ev", "total"] == summary[-1][:2] and summary[-1][-3:] == ["400", "400", "0"]
+        markers = [state.read_marker("ev", "crash-1", r) for r in plan.ranges]
+        assert len(markers) == 12 and [m.attempt for m in markers] == [1] * 12
         audits = state.list_audits("ev")
     else:
         audits = run_load(config, spark, LoadRequest(run_id="crash-1"))

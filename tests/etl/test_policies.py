@@ -1,13 +1,12 @@
-"""``new_partitions: <timestamp>``, what a real run's audit entry records, and the task
-retries ``pylog load`` gets from its default master.
+"""``new_partitions: <timestamp>`` and what a real run's audit entry records.
 
-A pylog broker subprocess as the source, the shared SparkSession, ``file://`` state.
+A pylog broker subprocess as the source, the shared SparkSession, ``file://`` state. (The
+task retries ``pylog load`` gets from its default master are checked by the rerun in
+test_crash.py, which goes through spark-submit anyway.)
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -17,7 +16,6 @@ import pytest
 from pylog.etl.job import LoadRequest, run_load
 from pylog.etl.state import StateStore
 from pylog.testing.broker import broker_fixture
-from pylog.testing.spark import spark_env
 from tests.etl.helpers import assert_exactly_once, broker_records, events, produce, write_config
 
 broker = broker_fixture(scope="module", overrides={"num.partitions": 4})
@@ -85,21 +83,3 @@ def test_audit_records_bytes_seconds_and_ranges(spark, broker, tmp_path):
     assert sorted(Path(f).name for m in markers for f in m.files) == sorted(f.name for f in files)
     assert audit.seconds > 0 and audit.task_seconds > 0
     assert audit.task_seconds == pytest.approx(sum(m.seconds for m in markers), abs=0.01)
-
-
-def test_pylog_load_without_a_master_retries_a_failed_task(spark, broker, tmp_path):
-    """No --master and none in spark-defaults.conf: local[*,4], so a task failing its first
-    attempt is retried (plain local[*] would fail the job)."""
-    topic = "retried"
-    produce(broker.bootstrap, topic, events(0, 80), 4)
-    config = write_config(tmp_path, broker.bootstrap, topic=topic, max_records_per_task=20)
-    env = spark_env()
-    env.update(PYLOG_FAULT="fail_first_attempt", SPARK_CONF_DIR=str(Path(__file__).resolve().parents[2] / "conf"))
-    env.pop("MASTER", None)
-    result = subprocess.run([sys.executable, "-m", "pylog.cli.main", "load", "--config", config.path,
-                             "--run-id", "d1"], env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    state = StateStore(config.state)
-    markers = [state.read_marker(topic, "d1", r) for r in state.read_plan(topic, "d1").ranges]
-    assert len(markers) == 4 and [m.attempt for m in markers] == [1] * 4
-    assert_exactly_once(spark, tmp_path / "warehouse", topic, broker_records(broker.bootstrap, topic))
