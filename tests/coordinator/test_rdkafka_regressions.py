@@ -30,7 +30,7 @@ def test_keyless_records_to_a_compacted_topic_fail_alone(broker):
     create_topic(broker.bootstrap, "compacted", **{"cleanup.policy": "compact"})
     outcomes: list[int] = []
     producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap,
-                                         "linger.ms": 100, "log_level": 3})
+                                         "linger.ms": 1000, "log_level": 3})  # one batch
     for i in range(20):
         producer.produce("compacted", b"v", key=None if i % 10 == 0 else b"k%d" % i,
                          partition=0,
