@@ -122,6 +122,8 @@ _SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
     "log.cleaner.min.cleanable.ratio": (_float, 0.5, "min.cleanable.dirty.ratio of topics"),
     "log.cleaner.min.compaction.lag.ms": (_int, 0, "min.compaction.lag.ms of topics"),
     "log.cleaner.delete.retention.ms": (_int, 24 * HOUR_MS, "delete.retention.ms of topics"),
+    "producer.id.expiration.ms": (_int, 24 * HOUR_MS,
+                                  "forget an idempotent producer idle for this long"),
     "socket.request.max.bytes": (_int, 104857600, "largest request; bigger closes the connection"),
     "socket.send.buffer.bytes": (_int, 102400, "SO_SNDBUF (-1: OS default)"),
     "socket.receive.buffer.bytes": (_int, 102400, "SO_RCVBUF (-1: OS default)"),

@@ -166,7 +166,8 @@ class Broker:
         config = self.config
         endpoint = self._endpoint()
         self.manager = LogManager(config.log_dirs, config.log_config,
-                                  cleaner_config=config.cleaner_config)
+                                  cleaner_config=config.cleaner_config,
+                                  producer_id_expiration_ms=config["producer.id.expiration.ms"])
         self.manager.load()
         self.manager.start(flush_check_ms=config["log.flush.scheduler.interval.ms"],
                            retention_check_ms=config["log.retention.check.interval.ms"],

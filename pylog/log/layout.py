@@ -14,6 +14,7 @@
         00000000000000368769.log             record batches; the name is the segment's base offset
         00000000000000368769.index           offset index (offset_index.py)
         00000000000000368769.timeindex       time index (time_index.py)
+        00000000000000368769.snapshot        producer state up to that offset (producer_snapshot.py)
         00000000000000368769.log.cleaned     a cleaned segment being written (and its indexes)
         00000000000000368769.log.swap        a cleaned segment ready to replace its originals
                                              (swap.py: recovery completes or discards these)
@@ -29,6 +30,7 @@ from pylog.types import TopicPartition
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+SNAPSHOT_SUFFIX = ".snapshot"
 TEMP_SUFFIX = ".tmp"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
@@ -42,6 +44,7 @@ CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"  # in each partition dir
 
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+_SNAPSHOT_NAME = re.compile(r"^(\d{20})\.snapshot$")
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 
 
@@ -68,6 +71,17 @@ def parse_segment_file(name: str) -> tuple[int, str] | None:
     if match is None:
         return None
     return int(match.group(1)), "." + match.group(2)
+
+
+def snapshot_file(directory: Path, offset: int) -> Path:
+    """The producer state snapshot taken at ``offset`` (the state of every batch below it)."""
+    return directory / segment_file_name(offset, SNAPSHOT_SUFFIX)
+
+
+def parse_snapshot_file(name: str) -> int | None:
+    """``("00000000000000000042.snapshot")`` -> ``42``; None for other names."""
+    match = _SNAPSHOT_NAME.match(name)
+    return None if match is None else int(match.group(1))
 
 
 def partition_dir_name(tp: TopicPartition) -> str:

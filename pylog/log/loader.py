@@ -11,6 +11,9 @@ undone first, as :mod:`pylog.log.swap` describes.
 
 The leader epoch cache is read from ``leader-epoch-checkpoint``; when that file is missing
 or unreadable it is rebuilt from the batch headers (:func:`load_leader_epochs`).
+
+The producer state comes from the newest snapshot at or below the log end plus the batch
+headers after it (:func:`load_producer_state`); snapshots above the log end are deleted.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from pylog.log import layout
 from pylog.log.config import MAX_SEGMENT_BYTES, LogConfig
 from pylog.log.index import CorruptIndexError
 from pylog.log.leader_epoch import LeaderEpochCache, epochs_from_headers, read_epoch_checkpoint
+from pylog.log.producer_snapshot import delete_snapshots, load_latest_snapshot
+from pylog.log.producer_state import ProducerStateManager
 from pylog.log.segment import LogSegment
 from pylog.log.swap import recover_swaps
 from pylog.records.header import BatchHeader
@@ -145,3 +150,24 @@ def _all_headers(directory: Path, segments: list[LogSegment]) -> Iterator[BatchH
                 yield header
     except CorruptRecordError as exc:
         log.warning("%s: leader epochs rebuilt only up to a bad batch: %s", directory, exc)
+
+
+def load_producer_state(directory: Path, segments: list[LogSegment]) -> ProducerStateManager:
+    """The producer state of the whole log: the newest snapshot at or below the log end,
+    then every batch header after it (headers only). Snapshots above the end, left by a
+    truncation or a crash, are deleted first."""
+    end = segments[-1].next_offset
+    delete_snapshots(directory, above=end)
+    loaded = load_latest_snapshot(directory, end)
+    start, state = loaded if loaded is not None else (segments[0].base_offset, ProducerStateManager())
+    if start >= end:
+        return state
+    first = max(0, bisect.bisect_right([s.base_offset for s in segments], start) - 1)
+    try:
+        for segment in segments[first:]:
+            for _, header in segment.records.headers():
+                if header.base_offset >= start:
+                    state.apply(header, header.base_offset)
+    except CorruptRecordError as exc:
+        log.warning("%s: producer state rebuilt only up to a bad batch: %s", directory, exc)
+    return state

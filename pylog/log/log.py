@@ -16,6 +16,12 @@ Replication: a leader appends with its leader epoch, stamped into each batch's
 cache (:mod:`pylog.log.leader_epoch`), which truncation and retention keep in step with
 the log. A replica manager above caps what readers see with :meth:`Log.set_high_watermark`.
 
+Idempotent producers: batches carrying a producer id are checked against the producer
+state (:mod:`pylog.log.producer_state`) under the same lock as the append, so a check and
+its write cannot interleave with another producer's; a duplicate is answered with the
+offsets it was first written at. Batches without a producer id skip all of it. The state
+is snapshotted at each roll and at close, and rebuilt after truncation.
+
 Compaction (:mod:`pylog.log.cleaner`) reads a :meth:`Log.cleaner_view` of the inactive
 segments without the lock and swaps each cleaned segment in with
 :meth:`Log.replace_segments`, under the lock, as :mod:`pylog.log.swap` describes.
@@ -34,12 +40,13 @@ from typing import Callable, Sequence
 
 from pylog.errors import CorruptRecordError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from pylog.log import swap
-from pylog.log.checkpoint import fsync_directory
 from pylog.log.cleaner import CleanerView, SegmentsChangedError, SegmentSnapshot
 from pylog.log.config import LogConfig
 from pylog.log.index import CorruptIndexError
 from pylog.log.leader_epoch import EpochEntry, LeaderEpochCache
-from pylog.log.loader import RECOVERY_MAX_BATCH, load_leader_epochs, load_segments
+from pylog.log.loader import RECOVERY_MAX_BATCH, load_leader_epochs, load_producer_state, load_segments
+from pylog.log.producer_snapshot import delete_snapshots, write_snapshot
+from pylog.log.producer_state import BatchMetadata, ProducerStateManager
 from pylog.log.results import AppendInfo, FileRegion, ReadResult
 from pylog.log.retention import count_deletable
 from pylog.log.segment import LogSegment
@@ -72,7 +79,7 @@ class Log:
 
     def __init__(self, directory: Path, config: LogConfig, clock: Callable[[], float],
                  segments: list[LogSegment], log_start_offset: int, bytes_truncated: int,
-                 epochs: LeaderEpochCache) -> None:
+                 epochs: LeaderEpochCache, producers: ProducerStateManager | None = None) -> None:
         self.directory = directory
         self.config = config
         self._clock = clock
@@ -92,6 +99,7 @@ class Log:
         # The checkpoint may name offsets recovery cut off, or retention deleted.
         epochs.truncate_from_end(self.log_end_offset)
         epochs.truncate_from_start(self._log_start_offset)
+        self._producers = producers if producers is not None else ProducerStateManager()
         self._replicated_hw: int | None = None
         self.restored_high_watermark: int | None = None
         """The replicated high watermark LogManager found checkpointed (None: none). It is
@@ -117,7 +125,9 @@ class Log:
         if loaded.bytes_truncated:
             log.warning("%s: recovery truncated %d bytes", directory, loaded.bytes_truncated)
         epochs = load_leader_epochs(directory, loaded.segments)
-        return cls(directory, config, clock, loaded.segments, log_start_offset, loaded.bytes_truncated, epochs)
+        producers = load_producer_state(directory, loaded.segments)
+        return cls(directory, config, clock, loaded.segments, log_start_offset, loaded.bytes_truncated,
+                   epochs, producers)
 
     # -- state ----------------------------------------------------------------------------
 
@@ -251,6 +261,11 @@ class Log:
         or InvalidRecordError (no batches). Only each batch's baseOffset is rewritten, and
         its partitionLeaderEpoch when a leader passes ``leader_epoch`` (which the leader
         epoch cache then records as starting at the first offset, if it is new).
+
+        Batches with a producer id are checked against the producer state first:
+        InvalidProducerEpochError or OutOfOrderSequenceNumberError, or a duplicate of a
+        batch among the producer's last five, which is not written again: the result
+        then holds that batch's offsets and ``record_count`` 0.
         """
         view = memoryview(records).cast("B")
         batches = validate_append(view, self.config)
@@ -258,8 +273,13 @@ class Log:
         if leader_epoch is not None:
             for position, _ in batches:
                 set_partition_leader_epoch(buf, position, leader_epoch)
+        idempotent = [h for _, h in batches if h.producer_id >= 0]
         with self._lock:
             self._check_open()
+            if idempotent:
+                duplicate = self._producers.check(idempotent)
+                if duplicate is not None:
+                    return self._duplicate_appended(duplicate)
             first_offset = next_offset = self.log_end_offset
             assigned = []
             for position, header in batches:
@@ -269,8 +289,19 @@ class Log:
             if leader_epoch is not None:
                 self._epochs.assign(leader_epoch, first_offset)
             info, rolled = self._append_locked(buf, assigned)
+            if idempotent:
+                self._apply_producer_batches(assigned)
         self._after_append(rolled, first_offset)
         return info
+
+    def _duplicate_appended(self, duplicate: BatchMetadata) -> AppendInfo:
+        return AppendInfo(duplicate.first_offset, duplicate.last_offset, duplicate.timestamp, -1,
+                          self._log_start_offset, 0)
+
+    def _apply_producer_batches(self, assigned: list[AssignedBatch]) -> None:
+        for _, base_offset, header in assigned:
+            if header.producer_id >= 0:
+                self._producers.apply(header, base_offset)
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo:
         """Append batches fetched from the leader, keeping the offsets it assigned.
@@ -279,7 +310,8 @@ class Log:
         them); the first batch must start at the log end and each next one where the
         previous one ends, else UnexpectedAppendOffsetError and nothing is written. Each
         batch's partitionLeaderEpoch (if >= 0) goes to the leader epoch cache. Empty
-        ``records`` is a no-op (``record_count`` 0).
+        ``records`` is a no-op (``record_count`` 0). Batches with a producer id update the
+        producer state unchecked, so a follower that becomes leader deduplicates too.
         """
         view = memoryview(records).cast("B")
         if len(view) == 0:
@@ -291,7 +323,10 @@ class Log:
             for _, header in batches:
                 if header.partition_leader_epoch >= 0:
                     self._epochs.assign(header.partition_leader_epoch, header.base_offset)
-            info, rolled = self._append_locked(view, [(p, h.base_offset, h) for p, h in batches])
+            assigned = [(p, h.base_offset, h) for p, h in batches]
+            info, rolled = self._append_locked(view, assigned)
+            if any(h.producer_id >= 0 for _, h in batches):
+                self._apply_producer_batches(assigned)
         self._after_append(rolled, info.first_offset)
         return info
 
@@ -358,7 +393,8 @@ class Log:
         old.seal()
         new = LogSegment.open(self.directory, self.log_end_offset, self.config,
                               created_ms=self._now_ms(), active=True, fresh=True)
-        fsync_directory(self.directory)
+        # After a crash, the producer state is rebuilt from here: headers of one segment.
+        write_snapshot(self.directory, self._producers, new.base_offset)
         self._segments.append(new)
         self._bases.append(new.base_offset)
         return new
@@ -499,6 +535,8 @@ class Log:
             self._clamp_replicated_hw()
             for segment in doomed:
                 segment.delete()
+            # Producer state outlives its batches (until it expires), as in Kafka.
+            delete_snapshots(self.directory, below=self._segments[0].base_offset)
         log.info("%s: retention deleted %d segments; log start offset is %d",
                  self.directory, count, self._log_start_offset)
         return count
@@ -527,6 +565,7 @@ class Log:
             self._log_start_offset = min(self._log_start_offset, end)
             self._epochs.truncate_from_end(end)
             self._clamp_replicated_hw()
+            self._producers = load_producer_state(self.directory, self._segments)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and restart the log empty at ``offset``, which may be past
@@ -546,7 +585,24 @@ class Log:
         self._log_start_offset = offset
         self._recovery_point = offset
         self._epochs.clear()
+        delete_snapshots(self.directory, above=-1)
+        self._producers = ProducerStateManager()
         self._clamp_replicated_hw()
+
+    # -- producer state -------------------------------------------------------------------
+
+    def producer_state(self, producer_id: int) -> tuple[int, list[BatchMetadata]] | None:
+        """``(epoch, last batches)`` the log keeps for ``producer_id``, None if unknown."""
+        with self._lock:
+            entry = self._producers.producers.get(producer_id)
+            return None if entry is None else (entry.epoch, list(entry.batches))
+
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers idle for ``expiration_ms`` (``producer.id.expiration.ms``):
+        their last batch's timestamp is that old. Returns how many were forgotten."""
+        with self._lock:
+            self._check_open()
+            return self._producers.expire(now_ms, expiration_ms)
 
     # -- compaction -----------------------------------------------------------------------
 
@@ -600,6 +656,7 @@ class Log:
             if self._closed:
                 return
             self._flush_locked()
+            write_snapshot(self.directory, self._producers, self.log_end_offset)
             for segment in self._segments:
                 segment.close()
             self._closed = True

@@ -57,15 +57,19 @@ class LogManager:
     Raises KafkaStorageError if a log dir is locked by another process, InvalidTopicError
     for a topic name Kafka would refuse, ConfigError for an empty ``log_dirs``.
     ``cleaner_config`` sets the cleaner threads of compacted logs (default: one thread).
+    ``producer_id_expiration_ms`` (``producer.id.expiration.ms``): idle producers are
+    forgotten after this long, checked with retention.
     """
 
     def __init__(self, log_dirs: Iterable[Path], default_config: LogConfig,
                  clock: Callable[[], float] = time.time,
-                 cleaner_config: CleanerConfig | None = None) -> None:
+                 cleaner_config: CleanerConfig | None = None,
+                 producer_id_expiration_ms: int = 86_400_000) -> None:
         self.log_dirs = [Path(d) for d in log_dirs]
         if not self.log_dirs:
             raise ConfigError("log_dirs", "at least one log dir is needed")
         self.default_config = default_config
+        self.producer_id_expiration_ms = producer_id_expiration_ms
         self._clock = clock
         self._lock = threading.RLock()
         self._logs: dict[TopicPartition, Log] = {}
@@ -194,6 +198,11 @@ class LogManager:
             self._write_all_checkpoints()
         return deleted
 
+    def expire_producers(self, now: float | None = None) -> int:
+        """Forget producers idle for ``producer_id_expiration_ms`` in every log."""
+        now_ms = int((self._clock() if now is None else now) * 1000)
+        return self._each_log(lambda entry: entry.expire_producers(now_ms, self.producer_id_expiration_ms))
+
     def flush_due(self) -> int:
         """Flush the logs whose ``flush_ms`` has passed; returns how many were flushed."""
         now_ms = int(self._clock() * 1000)
@@ -245,6 +254,7 @@ class LogManager:
                     next_flush = now + flush_check_ms / 1000
                 if now >= next_retention:
                     self.run_retention()
+                    self.expire_producers()
                     next_retention = now + retention_check_ms / 1000
                 if now >= next_checkpoint:
                     self._write_all_checkpoints()

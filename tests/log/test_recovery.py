@@ -86,7 +86,9 @@ def test_corruption_in_an_old_segment_cuts_the_log_there(tmp_path):
     assert [s.base_offset for s in log.segments] == [s.base_offset for s in segments[:2]]
     assert sorted(p.name for p in (tmp_path / "t-0").iterdir()) == sorted(
         [layout.segment_file_name(s.base_offset, suffix) for s in segments[:2]
-         for suffix in (".log", ".index", ".timeindex")] + [layout.LEADER_EPOCH_CHECKPOINT])
+         for suffix in (".log", ".index", ".timeindex")] + [layout.LEADER_EPOCH_CHECKPOINT]
+        # the producer state snapshot of the roll at segment 1; the later ones are gone
+        + [layout.segment_file_name(segments[1].base_offset, layout.SNAPSHOT_SUFFIX)])
     log.close()
 
 

@@ -79,8 +79,9 @@ def test_time_retention_deletes_old_segments_but_never_the_active_one(tmp_path, 
     assert log.delete_old_segments() == 3
     assert len(log.segments) == 1 and log.log_start_offset == 8 and log.log_end_offset == 10
     assert sorted(p.name for p in (tmp_path / "t-0").iterdir()) == [
-        "00000000000000000008.index", "00000000000000000008.log", "00000000000000000008.timeindex",
-        "leader-epoch-checkpoint"]
+        "00000000000000000008.index", "00000000000000000008.log",
+        "00000000000000000008.snapshot",  # producer state at the roll; older ones went too
+        "00000000000000000008.timeindex", "leader-epoch-checkpoint"]
     result = log.read(8, 100)
     assert result.log_start_offset == 8
     result.region.close()
