@@ -7,15 +7,14 @@ allows it; CreateTopics checks topic configs against the log settings before cre
 
 from __future__ import annotations
 
-import itertools
 import logging
-import time
 
 from pylog.broker.config import BrokerConfig
 from pylog.broker.configs import ConfigHandlers
 from pylog.broker.partitions import PartitionLogs
 from pylog.cluster.metadata import NO_LEADER, ClusterMetadata
 from pylog.cluster.placement import INTERNAL_TOPICS, check_partition_growth, validate_topic_name
+from pylog.cluster.producer_ids import ProducerIdManager
 from pylog.errors import (
     ConfigError, CoordinatorNotAvailableError, InvalidConfigError, InvalidPartitionsError, InvalidReplicaAssignmentError,
     InvalidTopicError, KafkaError, LeaderNotAvailableError, ListenerNotFoundError,
@@ -48,8 +47,7 @@ class AdminHandlers:
         self.metadata = metadata
         self.logs = logs
         self.configs = ConfigHandlers(config, metadata, logs.default_config)
-        # Unique across restarts without persisted state: start from the clock.
-        self._producer_ids = itertools.count(int(time.time() * 1000) << 8)
+        self._producer_ids = ProducerIdManager(metadata.allocate_producer_id_block)
 
     # -- Metadata -----------------------------------------------------------------------
 
@@ -214,8 +212,16 @@ class AdminHandlers:
     # -- producers and groups -------------------------------------------------------------
 
     def init_producer_id(self, body: dict, version: int) -> dict:
+        """An idempotent producer's id (unique in the cluster, from a block of
+        :mod:`pylog.cluster.producer_ids`) and epoch 0. Transactional ids are refused."""
         if body["transactional_id"] is not None:
             return {"throttle_time_ms": 0, "error_code": COORDINATOR_NOT_AVAILABLE,
                     "producer_id": -1, "producer_epoch": -1}
-        return {"throttle_time_ms": 0, "error_code": 0,
-                "producer_id": next(self._producer_ids), "producer_epoch": 0}
+        try:
+            producer_id = self._producer_ids.next_id()
+        except KafkaError as error:
+            log.warning("no producer id: %s", error)
+            return {"throttle_time_ms": 0, "error_code": error.errno,
+                    "producer_id": -1, "producer_epoch": -1}
+        return {"throttle_time_ms": 0, "error_code": 0, "producer_id": producer_id,
+                "producer_epoch": 0}

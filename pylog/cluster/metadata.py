@@ -9,9 +9,12 @@ never by a round trip per request.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 
 from pylog.types import BrokerEndpoint
+
+if TYPE_CHECKING:
+    from pylog.cluster.producer_ids import ProducerIdBlock
 
 NO_LEADER = -1
 
@@ -86,6 +89,10 @@ class ClusterMetadata(Protocol):
 
     def add_listener(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` (with no arguments) after any change to the state above."""
+
+    def allocate_producer_id_block(self) -> "ProducerIdBlock":
+        """Take the next block of producer ids, unique in the cluster
+        (:mod:`pylog.cluster.producer_ids`)."""
 
     def close(self) -> None:
         ...

@@ -19,6 +19,7 @@ from typing import Callable, Mapping
 
 from pylog.cluster.metadata import PartitionState, TopicMetadata
 from pylog.cluster.placement import check_partition_growth, validate_topic_name
+from pylog.cluster.producer_ids import ProducerIdBlock, allocate_file_block
 from pylog.errors import (
     InvalidPartitionsError, InvalidReplicationFactorError, KafkaStorageError,
     TopicAlreadyExistsError, UnknownTopicOrPartitionError)
@@ -137,6 +138,10 @@ class StandaloneMetadata:
             self._write_state(topics)
             self._topics = topics
         self._notify()
+
+    def allocate_producer_id_block(self) -> ProducerIdBlock:
+        """Take the next block of producer ids, recorded next to ``topics.json``."""
+        return allocate_file_block(self._path.parent, self.local_broker_id)
 
     def add_listener(self, callback: Callable[[], None]) -> None:
         self._listeners.append(callback)

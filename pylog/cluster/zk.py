@@ -35,6 +35,7 @@ from pylog.cluster.controller import Controller
 from pylog.cluster.layout import BrokerRegistration
 from pylog.cluster.lease import SessionLease
 from pylog.cluster.metadata import NO_LEADER, PartitionState, TopicMetadata
+from pylog.cluster.producer_ids import ProducerIdBlock, allocate_zk_block
 from pylog.cluster.placement import (assign_new_partitions, assign_replicas,
                                      check_partition_growth, validate_topic_name)
 from pylog.cluster.registry import BrokerIdInUseError, BrokerRegistry
@@ -296,6 +297,12 @@ class ZkClusterMetadata:
                 pass
         self._wait_for(lambda: self._view.topic(name) is None
                        and not self._view.marked_for_deletion(name))
+
+    def allocate_producer_id_block(self) -> ProducerIdBlock:
+        """Take the next block of producer ids (:mod:`pylog.cluster.producer_ids`); raises
+        RequestTimedOutError (retriable) while ZooKeeper is unavailable."""
+        with self._zookeeper("allocate a producer id block"):
+            return allocate_zk_block(self._client, self.local_broker_id)
 
     def add_listener(self, callback: Callable[[], None]) -> None:
         self._listeners.append(callback)
