@@ -35,7 +35,15 @@ class ProducerBatch:
     attempts: int = 0
     retry_at: float = 0.0
     closed: bool = False
+    sequence: int | None = None  # an idempotent producer's base sequence, once assigned
     _encoded: bytes | None = None
+
+    def stamp(self, producer_id: int, epoch: int, sequence: int | None) -> None:
+        """Set the idempotent producer's fields (the batch is encoded again)."""
+        self.builder.producer_id, self.builder.producer_epoch = producer_id, epoch
+        self.builder.base_sequence = -1 if sequence is None else sequence
+        self.sequence = sequence
+        self._encoded = None
 
     def encoded(self) -> bytes:
         """The batch bytes, built once and reused by retries."""
@@ -140,11 +148,22 @@ class RecordAccumulator:
         return max(min(waits), 0.0) if waits else None
 
     def reenqueue(self, batch: ProducerBatch, retry_at: float) -> None:
-        """Put a batch that failed with a retriable error back at the head of its queue."""
+        """Put a batch that failed with a retriable error back at the head of its queue,
+        among the other retried ones in sequence order, so retries keep the send order."""
         with self.cond:
             batch.retry_at = retry_at
-            self._queues.setdefault(batch.tp, deque()).appendleft(batch)
+            queue = self._queues.setdefault(batch.tp, deque())
+            position = 0
+            if batch.sequence is not None:
+                while (position < len(queue) and queue[position].sequence is not None
+                       and _before(queue[position].sequence, batch.sequence)):
+                    position += 1
+            queue.insert(position, batch)
             self.cond.notify_all()
+
+    def queued_sequenced(self) -> list[ProducerBatch]:
+        """The queued batches that hold a sequence number (call with ``cond`` held)."""
+        return [b for q in self._queues.values() for b in q if b.sequence is not None]
 
     def complete(self, batch: ProducerBatch) -> None:
         """A batch is done (delivered or failed): free its bytes."""
@@ -163,3 +182,9 @@ class RecordAccumulator:
             batches = [b for q in self._queues.values() for b in q]
             self._queues.clear()
             return batches
+
+
+def _before(a: int, b: int) -> bool:
+    """Whether sequence ``a`` comes before ``b`` (sequences wrap at 2**31, and at most a
+    few batches apart are compared)."""
+    return a != b and (b - a) % 2**31 < 2**30

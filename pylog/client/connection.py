@@ -69,6 +69,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.INIT_PRODUCER_ID: (0, 1),
     ApiKey.SASL_HANDSHAKE: (1, 1),
     ApiKey.SASL_AUTHENTICATE: (0, 2),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Mapping
 from pylog.client.accumulator import RecordAccumulator
 from pylog.client.network import NetworkClient
 from pylog.client.partitioner import as_partitioner
-from pylog.client.sender import Sender
+from pylog.client.sender import Idempotence, Sender
 from pylog.errors import (
     ConfigError,
     PylogError,
@@ -28,6 +28,8 @@ from pylog.records.record import Headers
 from pylog.types import TopicPartition
 
 _ACKS = {"0": 0, "1": 1, "all": -1, "-1": -1}
+MAX_RETRIES = 2**31 - 1
+MAX_IDEMPOTENT_IN_FLIGHT = 5
 
 
 class Producer:
@@ -48,19 +50,28 @@ class Producer:
     ``max_block_ms``); ``delivery_timeout_ms`` bounds the time from send to result;
     ``security``: librdkafka-named security settings (a mapping or a
     :class:`~pylog.client.security.SecurityConfig`; default PLAINTEXT).
+    ``enable_idempotence`` (default on, as in the Java client since 3.0): the broker writes
+    each record once and in order per partition, whatever the retries; it needs acks=all
+    (the default then), ``max_in_flight`` <= 5 and retries (default: until
+    ``delivery_timeout_ms``). Left at its default, it turns off when ``acks`` or
+    ``max_in_flight`` conflict; ``enable_idempotence=True`` with them raises ConfigError.
     Bad settings raise ConfigError naming the setting.
     """
 
-    def __init__(self, bootstrap_servers: str | list[str], acks: int | str = 1, linger_ms: int = 5,
-                 batch_size: int = 16384, compression: str = "none", retries: int = 5,
+    def __init__(self, bootstrap_servers: str | list[str], acks: int | str | None = None,
+                 linger_ms: int = 5, batch_size: int = 16384, compression: str = "none",
+                 retries: int | None = None,
                  retry_backoff_ms: int = 100, request_timeout_ms: int = 30000,
                  partitioner: Any = None, max_in_flight: int = 5, *, client_id: str = "pylog",
                  buffer_memory: int = 32 * 1024 * 1024, max_block_ms: int = 60000,
                  delivery_timeout_ms: int = 120000, metadata_max_age_ms: int = 300000,
                  clock: Callable[[], float] = time.monotonic,
                  wall_clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
-                 security=None) -> None:
-        self.acks = _parse_acks(acks)
+                 security=None, enable_idempotence: bool | None = None) -> None:
+        self.enable_idempotence = _idempotence(enable_idempotence, acks, max_in_flight, retries)
+        self.acks = -1 if acks is None and self.enable_idempotence else _parse_acks(1 if acks is None else acks)
+        if retries is None:
+            retries = MAX_RETRIES if self.enable_idempotence else 5
         for key, value in (("linger_ms", linger_ms), ("retries", retries),
                            ("retry_backoff_ms", retry_backoff_ms)):
             if value < 0:
@@ -92,7 +103,8 @@ class Producer:
                               retry_backoff_s=self._retry_backoff_s,
                               request_timeout_ms=request_timeout_ms,
                               delivery_timeout_s=delivery_timeout_ms / 1000,
-                              max_in_flight=max_in_flight, clock=clock)
+                              max_in_flight=max_in_flight, clock=clock,
+                              idempotence=Idempotence() if self.enable_idempotence else None)
         self._closed = False
         self._sender.start()
 
@@ -212,6 +224,21 @@ def _parse_acks(acks: int | str) -> int:
     if parsed is None:
         raise ConfigError("acks", f"must be 0, 1 or all (-1), got {acks!r}")
     return parsed
+
+
+def _idempotence(wanted: bool | None, acks, max_in_flight: int, retries: int | None) -> bool:
+    """Whether the producer is idempotent: ``wanted``, or by default unless a setting conflicts."""
+    conflicts = []
+    if acks is not None and _parse_acks(acks) != -1:
+        conflicts.append(("acks", f"must be all (-1) with enable_idempotence, got {acks!r}"))
+    if max_in_flight > MAX_IDEMPOTENT_IN_FLIGHT:
+        conflicts.append(("max_in_flight", f"must be at most {MAX_IDEMPOTENT_IN_FLIGHT} with "
+                          f"enable_idempotence, got {max_in_flight}"))
+    if retries == 0:
+        conflicts.append(("retries", "must be positive with enable_idempotence"))
+    if wanted and conflicts:
+        raise ConfigError(*conflicts[0])
+    return bool(wanted if wanted is not None else not conflicts)
 
 
 def _to_bytes(name: str, value) -> bytes | None:

@@ -12,6 +12,15 @@ written before the responses are read). Each batch then ends in exactly one of:
   stale so the next send finds the new leader;
 * failed -- a non-retriable error, ``retries`` used up or ``delivery_timeout_ms`` passed:
   every record future gets the exception. Nothing is dropped silently.
+
+Idempotence (:class:`Idempotence`, as the Java client does it): the sender takes a
+producer id with InitProducerId before it sends, and numbers each partition's batches
+when they are first sent; a retry resends the same bytes, so the broker answers a batch
+it already wrote with its first offsets. Retried batches go back in sequence order. An
+OUT_OF_ORDER_SEQUENCE_NUMBER behind a batch still being retried is retried too; one for
+the next expected sequence, UNKNOWN_PRODUCER_ID, or a batch given up on, makes the
+sender take a new producer id and number the unacknowledged batches again. That is safe
+here because the sender has no request in flight between two rounds of sends.
 """
 
 from __future__ import annotations
@@ -24,17 +33,56 @@ from pylog.client.accumulator import ProducerBatch, RecordAccumulator
 from pylog.client.futures import settle_all
 from pylog.client.network import NetworkClient, backoff_delay
 from pylog.client.results import RecordMetadata
-from pylog.errors import KafkaError, PylogError, RequestTimedOutError, RetriableError
+from pylog.errors import (
+    InvalidProducerEpochError, KafkaError, OutOfOrderSequenceNumberError, PylogError, RequestTimedOutError,
+    RetriableError, UnknownProducerIdError)
 from pylog.protocol import ApiKey
+from pylog.types import TopicPartition
 
 log = logging.getLogger(__name__)
 _IDLE_WAIT_S = 1.0
+_SEQUENCE_ERRORS = (OutOfOrderSequenceNumberError, UnknownProducerIdError, InvalidProducerEpochError)
+
+
+_SEQUENCES = 2**31
+
+
+class Idempotence:
+    """An idempotent producer's id, epoch and per-partition sequence numbers."""
+
+    def __init__(self) -> None:
+        self.producer_id = -1
+        self.epoch = -1
+        self.needs_reset = True
+        self.next_sequence: dict[TopicPartition, int] = {}
+        self.last_acked: dict[TopicPartition, int] = {}
+
+    def reset(self, producer_id: int, epoch: int) -> None:
+        self.producer_id, self.epoch, self.needs_reset = producer_id, epoch, False
+        self.next_sequence.clear()
+        self.last_acked.clear()
+
+    def assign(self, batch: ProducerBatch) -> None:
+        """Number a batch the first time it is sent."""
+        if batch.sequence is None:
+            sequence = self.next_sequence.get(batch.tp, 0)
+            batch.stamp(self.producer_id, self.epoch, sequence)
+            self.next_sequence[batch.tp] = (sequence + len(batch.futures)) % _SEQUENCES
+
+    def acked(self, batch: ProducerBatch) -> None:
+        if batch.sequence is not None:
+            self.last_acked[batch.tp] = (batch.sequence + len(batch.futures) - 1) % _SEQUENCES
+
+    def is_next(self, batch: ProducerBatch) -> bool:
+        """Whether ``batch`` is the next one the broker should take for its partition."""
+        return batch.sequence == (self.last_acked.get(batch.tp, -1) + 1) % _SEQUENCES
 
 
 class Sender(threading.Thread):
     def __init__(self, network: NetworkClient, accumulator: RecordAccumulator, *, acks: int,
                  retries: int, retry_backoff_s: float, request_timeout_ms: int,
-                 delivery_timeout_s: float, max_in_flight: int, clock: Callable[[], float]) -> None:
+                 delivery_timeout_s: float, max_in_flight: int, clock: Callable[[], float],
+                 idempotence: Idempotence | None = None) -> None:
         super().__init__(name="pylog-producer-sender", daemon=True)
         self.network = network
         self.acc = accumulator
@@ -46,6 +94,7 @@ class Sender(threading.Thread):
         self.max_in_flight = max(1, max_in_flight)
         self.clock = clock
         self.closing = False
+        self.idempotence = idempotence
 
     def run(self) -> None:
         while True:
@@ -53,6 +102,8 @@ class Sender(threading.Thread):
             if batches is None:
                 return
             try:
+                if self.idempotence is not None and not self._number(batches):
+                    continue
                 self._send(batches)
             except Exception as exc:  # never lose a batch to a bug: fail it loudly
                 log.exception("producer sender failed")
@@ -71,6 +122,36 @@ class Sender(threading.Thread):
                 if self.closing and acc.incomplete == 0:
                     return None
                 acc.cond.wait(_IDLE_WAIT_S if wait is None else min(wait, _IDLE_WAIT_S))
+
+    def _number(self, batches: list[ProducerBatch]) -> bool:
+        """Give the batches producer id and sequences, taking a (new) producer id first if
+        needed; False (the batches retried) if no broker gave one."""
+        state = self.idempotence
+        if state.needs_reset:
+            try:
+                response = self.network.request_any(ApiKey.INIT_PRODUCER_ID, {
+                    "transactional_id": None, "transaction_timeout_ms": 60000,
+                    "producer_id": -1, "producer_epoch": -1})
+                if response["error_code"]:
+                    cls = KafkaError.for_code(response["error_code"])
+                    raise cls(f"InitProducerId failed: {cls.name}")
+            except PylogError as exc:
+                for batch in batches:
+                    if isinstance(exc, RetriableError) or not isinstance(exc, KafkaError):
+                        self._retry_or_fail(batch, exc)  # no broker reachable: try again
+                    else:
+                        self._fail(batch, exc)  # e.g. not authorized
+                return False
+            with self.acc.cond:  # renumber every unacknowledged batch under the new id
+                for batch in self.acc.queued_sequenced():
+                    batch.stamp(-1, -1, None)
+            for batch in batches:
+                batch.stamp(-1, -1, None)
+            state.reset(response["producer_id"], response["producer_epoch"])
+            log.debug("idempotent producer id %d epoch %d", state.producer_id, state.epoch)
+        for batch in batches:
+            state.assign(batch)
+        return True
 
     def _send(self, batches: list[ProducerBatch]) -> None:
         by_leader: dict[int, list[ProducerBatch]] = {}
@@ -103,9 +184,18 @@ class Sender(threading.Thread):
             else:
                 requests.append([batch])
         for start in range(0, len(requests), self.max_in_flight):
-            self._send_requests(leader, requests[start:start + self.max_in_flight])
+            if not self._send_requests(leader, requests[start:start + self.max_in_flight]):
+                # The connection failed: sending the later batches now would put them
+                # ahead of the retried ones (more than max_in_flight unacknowledged).
+                now = self.clock()
+                for request in requests[start + self.max_in_flight:]:
+                    for batch in request:
+                        self.acc.reenqueue(batch, now)
+                return
 
-    def _send_requests(self, leader: int, requests: list[list[ProducerBatch]]) -> None:
+    def _send_requests(self, leader: int, requests: list[list[ProducerBatch]]) -> bool:
+        """Send up to ``max_in_flight`` requests and handle their answers; False if the
+        connection failed on the way."""
         unanswered = [b for request in requests for b in request]
         try:
             conn = self.network.broker_connection(leader)
@@ -123,9 +213,12 @@ class Sender(threading.Thread):
             self.network.mark_stale()
             for batch in unanswered:
                 self._retry_or_fail(batch, exc)
+            return False
         except PylogError as exc:
             for batch in unanswered:
                 self._fail(batch, exc)
+            return False
+        return True
 
     def _body(self, request: list[ProducerBatch]) -> dict:
         topics: dict[str, list] = {}
@@ -149,13 +242,28 @@ class Sender(threading.Thread):
                 cls = KafkaError.for_code(code)
                 detail = p.get("error_message") or cls.description
                 exc = cls(f"produce to {batch.tp} failed: {cls.name}: {detail}")
-                if issubclass(cls, RetriableError):
+                if self.idempotence is not None and cls in _SEQUENCE_ERRORS:
+                    self._sequence_error(batch, cls, exc)
+                elif issubclass(cls, RetriableError):
                     self.network.mark_stale()
                     self._retry_or_fail(batch, exc)
                 else:
                     self._fail(batch, exc)
         for batch in by_tp.values():
             self._retry_or_fail(batch, KafkaError.for_code(3)(f"no produce answer for {batch.tp}"))
+
+    def _sequence_error(self, batch: ProducerBatch, cls: type, exc: KafkaError) -> None:
+        """OUT_OF_ORDER behind an unacknowledged batch: retry in order. Otherwise the
+        broker lost or never had this producer's state: a new producer id, then retry."""
+        state = self.idempotence
+        if cls is OutOfOrderSequenceNumberError and not state.is_next(batch):
+            self._retry_or_fail(batch, exc)
+            return
+        state.needs_reset = True
+        if cls is InvalidProducerEpochError:
+            self._fail(batch, exc)
+        else:
+            self._retry_or_fail(batch, exc)
 
     def _retry_or_fail(self, batch: ProducerBatch, exc: PylogError) -> None:
         batch.attempts += 1
@@ -176,9 +284,13 @@ class Sender(threading.Thread):
             results = [RecordMetadata(topic, partition, base_offset + i, ts) for i, ts in enumerate(timestamps)]
         else:
             results = [RecordMetadata(topic, partition, -1, ts) for ts in timestamps]
+        if self.idempotence is not None:
+            self.idempotence.acked(batch)
         settle_all(batch.condition, batch.futures, results)
         self.acc.complete(batch)
 
     def _fail(self, batch: ProducerBatch, exc: BaseException) -> None:
+        if self.idempotence is not None and batch.sequence is not None:
+            self.idempotence.needs_reset = True  # a gap in the sequence: renumber after it
         settle_all(batch.condition, batch.futures, exception=exc)
         self.acc.complete(batch)

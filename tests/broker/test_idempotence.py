@@ -3,9 +3,6 @@ and confluent-kafka through a proxy that cuts connections after the broker wrote
 
 from __future__ import annotations
 
-import socket
-import struct
-import threading
 import uuid
 
 import pytest
@@ -14,104 +11,11 @@ from confluent_kafka import Producer
 from pylog.protocol import ApiKey
 from pylog.records import build_batch, decode_batch, iter_batch_headers
 from pylog.testing.broker import BrokerProcess
+from pylog.testing.cutting_proxy import CuttingProxy
 from pylog.testing.process import free_port
 from tests.broker.wire import WireClient, create_body, fetch_body, produce_body
 
 OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH = 45, 47
-_SIZE = struct.Struct(">i")
-_REQUEST_HEADER = struct.Struct(">hhi")
-
-
-class CuttingProxy:
-    """Forwards whole requests to the broker; once ``cut_after`` bytes of Produce requests
-    have passed on a connection, it forwards the next Produce, swallows its response (the
-    broker has written the batch) and closes the connection, ``cuts`` times in all."""
-
-    def __init__(self, port: int, target_port: int, cut_after: int = 20_000, cuts: int = 6) -> None:
-        self.target_port = target_port
-        self.cut_after = cut_after
-        self.cuts_left = cuts
-        self.cuts_done = 0
-        self._lock = threading.Lock()
-        self._listener = socket.create_server(("127.0.0.1", port))
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            broker = socket.create_connection(("127.0.0.1", self.target_port))
-            state = {"produced": 0, "doomed": None}
-            threading.Thread(target=self._requests, args=(client, broker, state), daemon=True).start()
-            threading.Thread(target=self._responses, args=(broker, client, state), daemon=True).start()
-
-    def _requests(self, client: socket.socket, broker: socket.socket, state: dict) -> None:
-        try:
-            while True:
-                frame = _read_frame(client)
-                api_key, _, correlation_id = _REQUEST_HEADER.unpack_from(frame, 4)
-                if api_key == ApiKey.PRODUCE and state["doomed"] is None:
-                    state["produced"] += len(frame)
-                    if state["produced"] >= self.cut_after and self._take_cut():
-                        state["doomed"] = correlation_id
-                broker.sendall(frame)
-        except OSError:
-            _close(client, broker)
-
-    def _responses(self, broker: socket.socket, client: socket.socket, state: dict) -> None:
-        try:
-            while True:
-                frame = _read_frame(broker)
-                if _SIZE.unpack_from(frame, 4)[0] == state["doomed"]:
-                    break  # written by the broker, never acknowledged: the client must retry
-                client.sendall(frame)
-        except OSError:
-            pass
-        _close(client, broker)
-
-    def _take_cut(self) -> bool:
-        with self._lock:
-            if self.cuts_left == 0:
-                return False
-            self.cuts_left -= 1
-            self.cuts_done += 1
-            return True
-
-    def rearm(self, cuts: int) -> None:
-        with self._lock:
-            self.cuts_left, self.cuts_done = cuts, 0
-
-    def close(self) -> None:
-        self._listener.close()
-
-
-def _read_frame(sock: socket.socket) -> bytes:
-    head = _exactly(sock, 4)
-    return head + _exactly(sock, _SIZE.unpack(head)[0])
-
-
-def _exactly(sock: socket.socket, size: int) -> bytes:
-    chunks = []
-    while size:
-        chunk = sock.recv(size)
-        if not chunk:
-            raise ConnectionError("closed")
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
-
-
-def _close(*sockets: socket.socket) -> None:
-    for sock in sockets:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        sock.close()
-
-
 @pytest.fixture(scope="module")
 def proxied(tmp_path_factory):
     """A broker advertising a cutting proxy in front of it: (broker, proxy)."""
