@@ -188,7 +188,10 @@ class LogManager:
 
     def flush_all(self) -> None:
         for entry in self._snapshot():
-            entry.flush()
+            try:
+                entry.flush()
+            except LogClosedError:
+                pass  # deleted since the snapshot
         self._write_all_checkpoints()
 
     def run_retention(self, now: float | None = None) -> int:
