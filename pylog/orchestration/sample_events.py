@@ -66,8 +66,10 @@ def page_views(count: int, end_ms: int, hours: int = 6, users: int = 300, seed: 
     return views
 
 
-def produce(bootstrap: str, topic: str, views: list[PageView], partitions: int | None = None) -> dict[int, int]:
-    """Create ``topic`` (with ``partitions`` if given and missing) and send every view.
+def produce(bootstrap: str, topic: str, views: list[PageView], partitions: int | None = None,
+            security=None) -> dict[int, int]:
+    """Create ``topic`` (with ``partitions`` if given and missing) and send every view
+    (``security``: the client's security settings for a secured cluster).
 
     Returns how many records went to each partition. Raises the client's error if any
     send fails.
@@ -75,11 +77,12 @@ def produce(bootstrap: str, topic: str, views: list[PageView], partitions: int |
     from pylog.client import Admin, Producer
 
     if partitions is not None:
-        with Admin(bootstrap) as admin:
+        with Admin(bootstrap, security=security) as admin:
             if topic not in admin.list_topics():
                 admin.create_topic(topic, num_partitions=partitions)
     counts: dict[int, int] = {}
-    with Producer(bootstrap, acks="all", linger_ms=5, compression="zstd") as producer:
+    with Producer(bootstrap, acks="all", linger_ms=5, compression="zstd",
+                  security=security) as producer:
         futures = [producer.send(topic, view.value(), key=view.key(), timestamp=view.ts_ms) for view in views]
         producer.flush()
         for future in futures:

@@ -13,12 +13,16 @@ REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
 
 
-def write_loader_config(directory: Path, bootstrap: str) -> Path:
-    """conf/loader.yaml's topics with this test's broker, warehouse and state."""
+def write_loader_config(directory: Path, bootstrap: str, source: dict | None = None) -> Path:
+    """conf/loader.yaml's topics with this test's broker, warehouse and state (``source``:
+    settings that replace the source section, e.g. an Airflow connection id)."""
     import yaml
 
     raw = yaml.safe_load((REPO / "conf" / "loader.yaml").read_text())
     raw["source"]["bootstrap_servers"] = bootstrap
+    if source is not None:
+        raw["source"] = {k: v for k, v in raw["source"].items()
+                         if k not in ("bootstrap_servers",)} | source
     raw["warehouse"] = (directory / "warehouse").as_uri()
     raw["state"] = (directory / "state").as_uri()
     path = directory / "loader.yaml"

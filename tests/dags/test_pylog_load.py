@@ -1,6 +1,11 @@
-"""pylog_load end to end: a real broker, ``airflow dags test`` spark-submitting the loader
+"""pylog_load end to end: a secured broker, ``airflow dags test`` spark-submitting the loader
 on real Spark, then what analysts and operators see. One DAG run is shared by every test
 here (Airflow and spark-submit are slow); the tests run in file order.
+
+The source is a SASL_SSL broker (SCRAM, ACLs on) and the loader's settings, password
+included, come only from the Airflow connection ``pylog_source`` (``AIRFLOW_CONN_*``, the
+environment's secrets backend), so the DAGs, ``loader.yaml``, the state store, the
+warehouse and every log are searched for the password at the end.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from pylog.etl.fs import Storage
 from pylog.etl.state import StateStore
 from pylog.orchestration.local_airflow import DagTestResult, LocalAirflow
 from pylog.orchestration.sample_events import page_views, produce
-from pylog.testing.broker import BrokerProcess
+from pylog.security.acls import AclOperation as Op, ResourceType
+from pylog.testing.secured import SecuredBroker, allow
 from pylog.warehouse.query import run_query
 from pylog.warehouse.status import collect_status
 from tests.dags.conftest import local_airflow, write_loader_config
@@ -30,28 +36,46 @@ EVENTS = 2400
 LATER_EVENTS = 150
 
 
+LOADER_PASSWORD = "dag-loader-Pa55-c81d"  # distinctive, so a grep cannot match by chance
+ADMIN_PASSWORD = "dag-admin-Pa55-5e02"
+
+
 @dataclass
 class Loaded:
-    broker: BrokerProcess
+    broker: SecuredBroker
     config_path: Path
     airflow: LocalAirflow
     run: DagTestResult
     views: list
 
 
+def admin_produce(broker: SecuredBroker, views: list) -> None:
+    produce(broker.bootstrap, "page_views", views, partitions=3, security=broker.security("admin"))
+
+
 @pytest.fixture(scope="module")
 def loaded(module_dir):
-    broker = BrokerProcess(module_dir / "broker").start()
-    try:
-        views = page_views(EVENTS, END_MS, hours=6)
-        produce(broker.bootstrap, "page_views", views, partitions=3)
-        config_path = write_loader_config(module_dir, broker.bootstrap)
-        airflow = local_airflow(module_dir, config_path)
-        airflow.migrate()
-        run = airflow.dags_test("pylog_load")
-        yield Loaded(broker, config_path, airflow, run, views)
-    finally:
-        broker.stop()
+    acls = (allow("loader", ResourceType.TOPIC, "page_views", Op.READ, Op.DESCRIBE)
+            + allow("loader", ResourceType.GROUP, "pylog-loader.", Op.READ, prefixed=True))
+    broker = SecuredBroker(module_dir / "secured", {"admin": ADMIN_PASSWORD,
+                                                    "loader": LOADER_PASSWORD}, acls).start()
+    connection = json.dumps({"conn_type": "kafka", "extra": {
+        "bootstrap.servers": broker.bootstrap, **broker.client_settings("loader")}})
+    with pytest.MonkeyPatch.context() as environment:
+        # The CLI commands below (pylog status, query) reach the source the same way.
+        environment.setenv("AIRFLOW_CONN_PYLOG_SOURCE", connection)
+        try:
+            views = page_views(EVENTS, END_MS, hours=6)
+            admin_produce(broker, views)
+            config_path = write_loader_config(module_dir, broker.bootstrap,
+                                              {"airflow_conn_id": "pylog_source"})
+            airflow = local_airflow(module_dir, config_path,
+                                    AIRFLOW_CONN_PYLOG_SOURCE=connection)
+            airflow.migrate()
+            run = airflow.dags_test("pylog_load")
+            yield Loaded(broker, config_path, airflow, run, views)
+        finally:
+            broker.stop()
 
 
 def _pylog(*argv: str) -> subprocess.CompletedProcess:
@@ -123,7 +147,7 @@ def test_rerunning_the_load_of_the_same_dag_run_adds_nothing(loaded):
     state = StateStore(config.state)
     files_before = sorted(p.name for p in Path(storage.join("page_views")).rglob("*.parquet"))
     committed_before = state.committed_offsets("page_views")
-    produce(loaded.broker.bootstrap, "page_views", page_views(LATER_EVENTS, END_MS + 3_600_000, hours=1, seed=8))
+    admin_produce(loaded.broker, page_views(LATER_EVENTS, END_MS + 3_600_000, hours=1, seed=8))
 
     output = loaded.airflow.tasks_test("pylog_load", "load", loaded.run.run_id, map_index=0)
 
@@ -191,3 +215,18 @@ def test_the_backfill_dag_reloads_a_window_without_duplicates(loaded):
     assert counts == {"n": EVENTS, "d": EVENTS}
     assert sorted(run_query(storage, "SELECT hr, count(*) AS n FROM page_views GROUP BY hr").to_pylist(),
                   key=str) == sorted(hours_before, key=str)
+
+
+def test_no_password_is_in_any_file_or_output_of_the_runs(loaded, module_dir):
+    """The DAG runs, the loader, the audit and the status page saw the loader's password
+    only through the connection: no file they wrote and nothing they printed holds it."""
+    status = _pylog("status", "--config", str(loaded.config_path))
+    assert status.returncode == 0, status.stderr
+    outputs = [loaded.run.output, status.stdout, status.stderr]
+    files = [p for p in module_dir.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".log" for p in files) and any(p.suffix == ".parquet" for p in files)
+    for path in files:
+        data = path.read_bytes()
+        assert LOADER_PASSWORD.encode() not in data and ADMIN_PASSWORD.encode() not in data, path
+    for text in outputs:
+        assert LOADER_PASSWORD not in text and ADMIN_PASSWORD not in text
