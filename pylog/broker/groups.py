@@ -16,14 +16,12 @@ from typing import Callable
 from pylog.coordinator.coordinator import GroupCoordinator
 from pylog.coordinator.group import Pending
 from pylog.coordinator.membership import JoinRequest, join_error, sync_error
-from pylog.coordinator.store import OFFSETS_TOPIC, offsets_tp
+from pylog.coordinator.store import offsets_tp
 from pylog.protocol import ApiKey
 from pylog.types import TopicPartition
 
 COORDINATOR_NOT_AVAILABLE = 15
 REBALANCE_IN_PROGRESS = 27
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_TOPIC = 17
 GROUP_KEY = 0
 # Slack beyond a member's rebalance timeout before a parked JoinGroup gives up: the
 # coordinator's own timers answer it first.
@@ -287,10 +285,6 @@ def _done(body: dict) -> Pending:
     pending = Pending()
     pending.complete(body)
     return pending
-
-
-def is_internal(topic: str) -> bool:
-    return topic == OFFSETS_TOPIC
 
 
 _HANDLERS = {

@@ -26,7 +26,6 @@ import json
 import os
 from typing import Any
 
-from pylog.errors import ConfigError
 from pylog.etl.config import load_config
 from pylog.etl.source import connection_variable
 
