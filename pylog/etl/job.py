@@ -194,11 +194,37 @@ def run_tasks(spark, specs: list[TaskSpec], description: str) -> list[TaskDoneMa
     if spark is None:
         return [run_task(spec) for spec in specs]
     sc = spark.sparkContext
-    sc.setJobDescription(description)
+    group = f"pylog-tasks-{uuid.uuid4().hex}"
+    sc.setJobGroup(group, description, interruptOnCancel=True)
     try:
         return sc.parallelize(specs, len(specs)).map(_run_on_executor).collect()
     except Exception as exc:  # Py4JJavaError and friends carry the task's Python error as text
+        _stop_running_tasks(sc, group)
         raise LoaderError(f"map tasks failed: {_task_error(exc)}") from exc
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+
+
+def _stop_running_tasks(sc, group: str, timeout_s: float = 120.0) -> None:
+    """Cancel the failed job's tasks and wait until none runs any more.
+
+    When a job fails, Spark aborts it at once but its other running tasks end only when
+    their Python workers notice: a task of the failed run could still be writing into
+    the run's staging directory while a rerun of the same run id (the same plan and
+    paths) already works there. So a failed run returns only once its tasks stopped.
+    """
+    sc.cancelJobGroup(group)
+    tracker = sc.statusTracker()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        stages = [stage for job in tracker.getJobIdsForGroup(group)
+                  for stage in (tracker.getJobInfo(job).stageIds
+                                if tracker.getJobInfo(job) else [])]
+        infos = [tracker.getStageInfo(stage) for stage in stages]
+        if not any(info is not None and info.numActiveTasks > 0 for info in infos):
+            return
+        time.sleep(0.05)
+    log.warning("tasks of the failed job group %s still run after %.0f s", group, timeout_s)
 
 
 def _run_on_executor(spec: TaskSpec) -> TaskDoneMarker:

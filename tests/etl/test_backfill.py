@@ -54,8 +54,10 @@ def test_backfill_window_exactly_once(spark, broker, tmp_path):
     assert state.committed_offsets(topic) == committed
     assert_exactly_once(spark, tmp_path / "warehouse", topic, loaded)
     assert {p: p.stat().st_mtime_ns for p in table.rglob("*.parquet") if "hr=07" in str(p)} == outside
-    assert not (tmp_path / "warehouse" / "_staging").exists() or not any(
-        (tmp_path / "warehouse" / "_staging").rglob("*.parquet"))
+    staging = tmp_path / "warehouse" / "_staging"
+    left = sorted(str(p.relative_to(staging)) for p in staging.rglob("*.parquet")) \
+        if staging.exists() else []
+    assert not left, f"files left in staging: {left}"
 
     again = run_load(config, spark, LoadRequest(run_id="b1", **window))  # committed: nothing changes
     assert again[-1] == audit
