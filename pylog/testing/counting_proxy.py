@@ -27,6 +27,7 @@ from pylog.client.connection import BrokerConnection
 from pylog.client.metadata import ClusterSnapshot
 from pylog.protocol import ApiKey
 from pylog.testing.broker import BrokerProcess, broker_metadata
+from pylog.testing.sockets import close_sockets, read_exactly
 
 _SIZE = struct.Struct(">i")
 _HEADER = struct.Struct(">hhih")
@@ -85,8 +86,8 @@ class CountingProxy:
     def _requests(self, source: socket.socket, sink: socket.socket) -> None:
         try:
             while True:
-                size_bytes = _read_exactly(source, 4)
-                payload = _read_exactly(source, _SIZE.unpack(size_bytes)[0])
+                size_bytes = read_exactly(source, 4)
+                payload = read_exactly(source, _SIZE.unpack(size_bytes)[0])
                 api_key, _, _, length = _HEADER.unpack_from(payload)
                 client_id = payload[10:10 + length].decode() if length >= 0 else ""
                 with self._lock:
@@ -95,7 +96,7 @@ class CountingProxy:
         except OSError:
             pass
         finally:
-            _close(source, sink)
+            close_sockets(source, sink)
 
     @staticmethod
     def _responses(source: socket.socket, sink: socket.socket) -> None:
@@ -105,33 +106,14 @@ class CountingProxy:
         except OSError:
             pass
         finally:
-            _close(source, sink)
+            close_sockets(source, sink)
 
     def close(self) -> None:
         self._closed = True
         self._listener.close()
         with self._lock:
             sockets, self._sockets = self._sockets, []
-        _close(*sockets)
-
-
-def _read_exactly(sock: socket.socket, size: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < size:
-        chunk = sock.recv(size - len(buf))
-        if not chunk:
-            raise ConnectionResetError("closed")
-        buf += chunk
-    return bytes(buf)
-
-
-def _close(*sockets: socket.socket) -> None:
-    for sock in sockets:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        sock.close()
+        close_sockets(*sockets)
 
 
 class ProxiedCluster:

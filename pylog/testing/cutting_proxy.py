@@ -18,6 +18,7 @@ import struct
 import threading
 
 from pylog.protocol import ApiKey
+from pylog.testing.sockets import close_sockets, read_exactly
 
 _SIZE = struct.Struct(">i")
 _REQUEST_HEADER = struct.Struct(">hhi")
@@ -59,7 +60,7 @@ class CuttingProxy:
                         state["doomed"] = correlation_id
                 broker.sendall(frame)
         except OSError:
-            _close(client, broker)
+            close_sockets(client, broker)
 
     def _responses(self, broker: socket.socket, client: socket.socket, state: dict) -> None:
         try:
@@ -70,7 +71,7 @@ class CuttingProxy:
                 client.sendall(frame)
         except OSError:
             pass
-        _close(client, broker)
+        close_sockets(client, broker)
 
     def _take_cut(self) -> bool:
         with self._lock:
@@ -89,25 +90,5 @@ class CuttingProxy:
 
 
 def _read_frame(sock: socket.socket) -> bytes:
-    head = _exactly(sock, 4)
-    return head + _exactly(sock, _SIZE.unpack(head)[0])
-
-
-def _exactly(sock: socket.socket, size: int) -> bytes:
-    chunks = []
-    while size:
-        chunk = sock.recv(size)
-        if not chunk:
-            raise ConnectionError("closed")
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
-
-
-def _close(*sockets: socket.socket) -> None:
-    for sock in sockets:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        sock.close()
+    head = read_exactly(sock, 4)
+    return head + read_exactly(sock, _SIZE.unpack(head)[0])
