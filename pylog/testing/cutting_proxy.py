@@ -13,11 +13,16 @@ The broker must advertise the proxy's address, so clients keep coming back throu
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import threading
+from pathlib import Path
+from typing import Iterator
 
 from pylog.protocol import ApiKey
+from pylog.testing.broker import BrokerProcess
+from pylog.testing.process import free_port
 from pylog.testing.sockets import close_sockets, read_exactly
 
 _SIZE = struct.Struct(">i")
@@ -92,3 +97,19 @@ class CuttingProxy:
 def _read_frame(sock: socket.socket) -> bytes:
     head = read_exactly(sock, 4)
     return head + read_exactly(sock, _SIZE.unpack(head)[0])
+
+
+@contextlib.contextmanager
+def proxied_broker(base_dir: Path, cuts: int = 6) -> Iterator[tuple[BrokerProcess, CuttingProxy]]:
+    """A one-partition broker that advertises a CuttingProxy in front of it, so clients
+    reach it only through the proxy: ``(broker, proxy)``."""
+    proxy_port = free_port("127.0.0.1")
+    broker = BrokerProcess(base_dir, {
+        "num.partitions": 1, "advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy_port}"})
+    broker.start()
+    proxy = CuttingProxy(proxy_port, broker.port, cuts=cuts)
+    try:
+        yield broker, proxy
+    finally:
+        proxy.close()
+        broker.stop()

@@ -10,25 +10,15 @@ from confluent_kafka import Producer
 
 from pylog.protocol import ApiKey
 from pylog.records import build_batch, decode_batch, iter_batch_headers
-from pylog.testing.broker import BrokerProcess
-from pylog.testing.cutting_proxy import CuttingProxy
-from pylog.testing.process import free_port
+from pylog.testing.cutting_proxy import proxied_broker
 from tests.broker.wire import WireClient, create_body, fetch_body, produce_body
 
 OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH = 45, 47
 @pytest.fixture(scope="module")
 def proxied(tmp_path_factory):
     """A broker advertising a cutting proxy in front of it: (broker, proxy)."""
-    proxy_port = free_port("127.0.0.1")
-    broker = BrokerProcess(tmp_path_factory.mktemp("idempotence"), {
-        "num.partitions": 1, "advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy_port}"})
-    broker.start()
-    proxy = CuttingProxy(proxy_port, broker.port)
-    try:
-        yield broker, proxy
-    finally:
-        proxy.close()
-        broker.stop()
+    with proxied_broker(tmp_path_factory.mktemp("idempotence")) as pair:
+        yield pair
 
 
 @pytest.fixture

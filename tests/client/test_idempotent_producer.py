@@ -13,23 +13,14 @@ from pylog.errors import ConfigError
 from pylog.protocol import ApiKey
 from pylog.records import decode_batch, iter_batch_headers
 from pylog.testing.broker import BrokerProcess
-from pylog.testing.cutting_proxy import CuttingProxy
-from pylog.testing.process import free_port
+from pylog.testing.cutting_proxy import proxied_broker
 from tests.broker.wire import WireClient, fetch_body
 
 
 @pytest.fixture(scope="module")
 def proxied(tmp_path_factory):
-    proxy_port = free_port("127.0.0.1")
-    broker = BrokerProcess(tmp_path_factory.mktemp("idempotent-client"), {
-        "num.partitions": 1, "advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy_port}"})
-    broker.start()
-    proxy = CuttingProxy(proxy_port, broker.port, cuts=0)
-    try:
-        yield broker, proxy
-    finally:
-        proxy.close()
-        broker.stop()
+    with proxied_broker(tmp_path_factory.mktemp("idempotent-client"), cuts=0) as pair:
+        yield pair
 
 
 def new_topic(broker: BrokerProcess) -> str:
