@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from pylog.coordinator.codes import COORDINATOR_NOT_AVAILABLE, REBALANCE_IN_PROGRESS
 from pylog.coordinator.coordinator import GroupCoordinator
 from pylog.coordinator.group import Pending
 from pylog.coordinator.membership import JoinRequest, join_error, sync_error
@@ -20,8 +21,6 @@ from pylog.coordinator.store import offsets_tp
 from pylog.protocol import ApiKey
 from pylog.types import TopicPartition
 
-COORDINATOR_NOT_AVAILABLE = 15
-REBALANCE_IN_PROGRESS = 27
 GROUP_KEY = 0
 # Slack beyond a member's rebalance timeout before a parked JoinGroup gives up: the
 # coordinator's own timers answer it first.

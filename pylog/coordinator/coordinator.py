@@ -26,6 +26,8 @@ from typing import Callable
 from pylog.broker.config import BrokerConfig
 from pylog.broker.partitions import AppendWaiters, PartitionLogs
 from pylog.cluster.metadata import NO_LEADER, ClusterMetadata
+from pylog.coordinator.codes import (
+    COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR)
 from pylog.coordinator.group import Group, GroupState, Member
 from pylog.coordinator.records import (
     GroupKey, OffsetKey, decode_group_value, decode_key, decode_offset_value, partition_for)
@@ -36,9 +38,6 @@ from pylog.errors import KafkaError, TopicAlreadyExistsError
 
 log = logging.getLogger(__name__)
 
-COORDINATOR_LOAD_IN_PROGRESS = 14
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
 TICK_S = 0.05
 
 

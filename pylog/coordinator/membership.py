@@ -22,22 +22,15 @@ import logging
 import uuid
 from dataclasses import dataclass
 
+from pylog.coordinator.codes import (
+    COORDINATOR_NOT_AVAILABLE, FENCED_INSTANCE_ID, GROUP_MAX_SIZE_REACHED,
+    ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL, INVALID_GROUP_ID,
+    INVALID_SESSION_TIMEOUT, MEMBER_ID_REQUIRED, NONE, REBALANCE_IN_PROGRESS,
+    UNKNOWN_MEMBER_ID)
 from pylog.coordinator.group import Group, GroupState, Member, Pending
 from pylog.coordinator.records import GroupValue, MemberValue, group_key, group_value
 
 log = logging.getLogger(__name__)
-
-NONE = 0
-ILLEGAL_GENERATION = 22
-INCONSISTENT_GROUP_PROTOCOL = 23
-INVALID_GROUP_ID = 24
-UNKNOWN_MEMBER_ID = 25
-INVALID_SESSION_TIMEOUT = 26
-REBALANCE_IN_PROGRESS = 27
-GROUP_MAX_SIZE_REACHED = 81
-MEMBER_ID_REQUIRED = 79
-FENCED_INSTANCE_ID = 82
-COORDINATOR_NOT_AVAILABLE = 15
 
 
 @dataclass

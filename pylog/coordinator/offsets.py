@@ -17,23 +17,16 @@ from __future__ import annotations
 
 import logging
 
+from pylog.coordinator.codes import (
+    COORDINATOR_NOT_AVAILABLE, FENCED_INSTANCE_ID, GROUP_ID_NOT_FOUND,
+    GROUP_SUBSCRIBED_TO_TOPIC, ILLEGAL_GENERATION, INVALID_GROUP_ID, NONE, NON_EMPTY_GROUP,
+    OFFSET_METADATA_TOO_LARGE, REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID,
+    UNKNOWN_TOPIC_OR_PARTITION)
 from pylog.coordinator.group import Group, GroupState, Pending
 from pylog.coordinator.records import OffsetValue, group_key, offset_key, offset_value
 
 log = logging.getLogger(__name__)
 
-NONE = 0
-UNKNOWN_TOPIC_OR_PARTITION = 3
-OFFSET_METADATA_TOO_LARGE = 12
-COORDINATOR_NOT_AVAILABLE = 15
-ILLEGAL_GENERATION = 22
-INVALID_GROUP_ID = 24
-UNKNOWN_MEMBER_ID = 25
-REBALANCE_IN_PROGRESS = 27
-FENCED_INSTANCE_ID = 82
-NON_EMPTY_GROUP = 68
-GROUP_ID_NOT_FOUND = 69
-GROUP_SUBSCRIBED_TO_TOPIC = 86
 NO_OFFSET = -1
 
 

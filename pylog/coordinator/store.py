@@ -14,6 +14,7 @@ import logging
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
+from pylog import errors
 from pylog.broker.partitions import PartitionLogs
 from pylog.broker.replica import Role
 from pylog.cluster.metadata import ClusterMetadata
@@ -29,8 +30,8 @@ log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
-NotCoordinatorError = KafkaError.for_code(16)
-CoordinatorNotAvailableError = KafkaError.for_code(15)
+NotCoordinatorError = errors.NotCoordinatorError
+CoordinatorNotAvailableError = errors.CoordinatorNotAvailableError
 
 
 def offsets_tp(partition: int) -> TopicPartition:
