@@ -9,6 +9,12 @@
   its partitions (append, high watermark, ISR, leadership) wakes it or its deadline
   passes.
 
+Services beyond the built-in ones (the transaction coordinator, the marker writer) plug
+in with :meth:`Dispatcher.serve`: an API key, the versions served (advertised in
+ApiVersions only once registered) and a handler ``(version, body, session)`` returning a
+response body, ``None`` (no response) or a waiting request: any object with
+``attempt(final)``, ``deadline`` and ``partitions``, parked like a Fetch.
+
 It raises ``CloseConnection`` for requests that cannot be answered on this connection
 (unknown API key, unsupported version, malformed or truncated frame), so the caller
 closes that connection and only that one.
@@ -84,6 +90,8 @@ BEFORE_AUTHENTICATION = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE,
                                    ApiKey.SASL_AUTHENTICATE})
 SASL_APIS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 UNSUPPORTED_VERSION = UnsupportedVersionError.errno
+# A registered service: (version, body, session) -> body | None | a waiting request.
+Service = Callable[[int, dict, Session], object]
 
 
 class CloseConnection(Exception):
@@ -166,6 +174,13 @@ class Dispatcher:
         self.sasl = sasl
         self.authorization = authorization  # None: every request is allowed
         self.acls = acls or AclHandlers(None)
+        self.served = dict(SERVED_VERSIONS)
+        self.services: dict[int, Service] = {}
+
+    def serve(self, api_key: int, versions: tuple[int, int], handler: "Service") -> None:
+        """Answer ``api_key`` (``versions`` low and high, inclusive) with ``handler``."""
+        self.served[api_key] = versions
+        self.services[api_key] = handler
 
     def dispatch(self, payload, session: Session | None = None) -> Reply | Parked | None:
         """Handle one request frame from the connection of ``session``."""
@@ -208,7 +223,10 @@ class Dispatcher:
                 if verdict.response is not None:
                     return _reply(api_key, version, correlation_id, verdict.response)
                 request_body, finish = verdict.body, verdict.finish
-            if api_key in GROUP_APIS and self.groups is not None:
+            service = self.services.get(api_key)
+            if service is not None:
+                body = service(version, request_body, session)
+            elif api_key in GROUP_APIS and self.groups is not None:
                 body = self.groups.handle(api_key, version, request_body,
                                           request.header.client_id, session.client_host,
                                           session.listener)
@@ -220,7 +238,7 @@ class Dispatcher:
                 return self._first_attempt(body, version, correlation_id, finish)
             if isinstance(body, ProduceWork):
                 return Parked(body, version, correlation_id, ApiKey.PRODUCE, finish)
-            if isinstance(body, GroupWork):
+            if isinstance(body, GroupWork) or hasattr(body, "attempt"):
                 return Parked(body, version, correlation_id, api_key, finish)
             if finish is not None:
                 body = finish(body)
@@ -245,7 +263,7 @@ class Dispatcher:
         return Reply([struct.pack(">i", len(token)) + token], 4 + len(token))
 
     def _served(self, api_key: int, version: int) -> bool:
-        low, high = SERVED_VERSIONS.get(api_key, (0, -1))
+        low, high = self.served.get(api_key, (0, -1))
         return low <= version <= high
 
     def _first_attempt(self, work: FetchWork, version: int, correlation_id: int,
@@ -264,7 +282,7 @@ class Dispatcher:
         if api_key == ApiKey.METADATA:
             return self.admin.metadata_request(body, version, session.listener)
         if api_key == ApiKey.API_VERSIONS:
-            return api_versions_body(0)
+            return api_versions_body(0, self.served)
         if api_key == ApiKey.CREATE_TOPICS:
             return self.admin.create_topics(body, version)
         if api_key == ApiKey.DELETE_TOPICS:
@@ -295,14 +313,14 @@ class Dispatcher:
 
     def _api_versions_fallback(self, correlation_id: int) -> Reply:
         """Unsupported ApiVersions version: error 35 with a v0 body listing our ranges."""
-        return _reply(ApiKey.API_VERSIONS, 0, correlation_id, api_versions_body(UNSUPPORTED_VERSION))
+        return _reply(ApiKey.API_VERSIONS, 0, correlation_id, api_versions_body(UNSUPPORTED_VERSION, self.served))
 
 
 def _api_name(api_key: int) -> str:
     return MESSAGES[api_key].name if api_key in MESSAGES else f"api key {api_key}"
 
 
-def api_versions_body(error_code: int) -> dict:
+def api_versions_body(error_code: int, served: dict[int, tuple[int, int]] | None = None) -> dict:
     return {"error_code": error_code, "throttle_time_ms": 0, "api_keys": [
         {"api_key": int(key), "min_version": low, "max_version": high}
-        for key, (low, high) in sorted(SERVED_VERSIONS.items())]}
+        for key, (low, high) in sorted((served or SERVED_VERSIONS).items())]}
