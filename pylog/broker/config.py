@@ -56,6 +56,15 @@ def _str(key: str, raw: str) -> str:
     return raw.strip()
 
 
+def _host_port(key: str, raw: str) -> str:
+    value = raw.strip()
+    if value:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or int(port) > 65535:
+            raise ConfigError(key, f"expected HOST:PORT, got {raw!r}")
+    return value
+
+
 def _sasl_mechanisms(key: str, raw: str) -> str:
     return ",".join(parse_mechanisms(key, raw))
 
@@ -69,6 +78,8 @@ def _jaas(key: str, raw: str) -> str:
 _SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
     "broker.id": (_int, 0, "this broker's id, unique in a cluster"),
     "broker.rack": (_str, None, "rack reported in Metadata (optional)"),
+    "metrics.listener": (_host_port, "",
+                         "HOST:PORT serving Prometheus metrics at /metrics (empty: off)"),
     "listeners": (_str, "PLAINTEXT://127.0.0.1:9092",
                   "NAME://host:port,... to listen on, one socket each"),
     "advertised.listeners": (_str, None,

@@ -40,6 +40,7 @@ from pylog.broker.admin import AdminHandlers
 from pylog.broker.authorization import RequestAuthorization
 from pylog.broker.fetch import FetchWork, close_regions, handle_list_offsets, start_fetch
 from pylog.broker.groups import GROUP_APIS, GroupHandlers, GroupWork
+from pylog.broker.metrics import BrokerMetrics
 from pylog.broker.partitions import PartitionLogs
 from pylog.broker.produce import ProduceWork, handle_produce
 from pylog.broker.replication_handlers import handle_offset_for_leader_epoch
@@ -115,6 +116,8 @@ class Parked:
     correlation_id: int
     api_key: int = ApiKey.FETCH
     finish: Callable[[dict], dict] | None = None  # puts back what authorization refused
+    request: dict | None = None  # the decoded request, for the metrics
+    metrics: "BrokerMetrics | None" = None
 
     @property
     def deadline(self) -> float:
@@ -129,6 +132,8 @@ class Parked:
             body = self.work.attempt(final)
             if body is None:
                 return None
+            if self.metrics is not None:
+                self.metrics.on_response(self.api_key, self.request, body)
             if self.finish is not None:
                 body = self.finish(body)
             return _reply(self.api_key, self.api_version, self.correlation_id, body)
@@ -174,6 +179,7 @@ class Dispatcher:
         self.sasl = sasl
         self.authorization = authorization  # None: every request is allowed
         self.acls = acls or AclHandlers(None)
+        self.metrics: BrokerMetrics | None = None  # set by the broker when metrics are on
         self.served = dict(SERVED_VERSIONS)
         self.services: dict[int, Service] = {}
 
@@ -232,14 +238,22 @@ class Dispatcher:
                                           session.listener)
             else:
                 body = self._handle(api_key, version, request_body, session)
+            metrics = self.metrics
             if body is None:
+                if metrics is not None and api_key == ApiKey.PRODUCE:
+                    metrics.on_response(api_key, request_body, None)  # acks=0
                 return None
             if isinstance(body, FetchWork):
-                return self._first_attempt(body, version, correlation_id, finish)
+                return self._first_attempt(body, version, correlation_id, finish,
+                                           request_body)
             if isinstance(body, ProduceWork):
-                return Parked(body, version, correlation_id, ApiKey.PRODUCE, finish)
+                return Parked(body, version, correlation_id, ApiKey.PRODUCE, finish,
+                              request_body, metrics)
             if isinstance(body, GroupWork) or hasattr(body, "attempt"):
-                return Parked(body, version, correlation_id, api_key, finish)
+                return Parked(body, version, correlation_id, api_key, finish, request_body,
+                              metrics)
+            if metrics is not None:
+                metrics.on_response(api_key, request_body, body)
             if finish is not None:
                 body = finish(body)
             return _reply(api_key, version, correlation_id, body)
@@ -267,8 +281,10 @@ class Dispatcher:
         return low <= version <= high
 
     def _first_attempt(self, work: FetchWork, version: int, correlation_id: int,
-                       finish: Callable[[dict], dict] | None = None):
-        parked = Parked(work, version, correlation_id, finish=finish)
+                       finish: Callable[[dict], dict] | None = None,
+                       request: dict | None = None):
+        parked = Parked(work, version, correlation_id, finish=finish, request=request,
+                        metrics=self.metrics)
         reply = parked.attempt(final=work.deadline <= self.clock())
         return parked if reply is None else reply
 

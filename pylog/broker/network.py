@@ -47,6 +47,7 @@ from pylog.security.tls import failure_reason, peer_principal
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
+_API_KEY = struct.Struct(">h")
 RECV_CHUNK = 256 * 1024
 # Stop reading from a client whose responses pile up beyond this (it reads too slowly).
 MAX_QUEUED_RESPONSE_BYTES = 16 * 1024 * 1024
@@ -96,6 +97,7 @@ class Connection:
         self.head_sent = 0  # bytes of outbound[0] already sent
         self.queued_bytes = 0
         self.parked: Parked | None = None
+        self.parked_since = 0.0  # when the parked request arrived (for its latency)
         self.events = 0
         self.closing = False  # close once the queued answers are out (failed SASL)
         self.last_active = 0.0  # clock seconds of the last read or write
@@ -374,7 +376,11 @@ class Processor(threading.Thread):
                     break
                 payload = inbound[position + 4:position + 4 + size]  # one copy
                 position += 4 + size
-                outcome = self.dispatcher.dispatch(payload, conn.session)
+                metrics = self.dispatcher.metrics
+                if metrics is None:
+                    outcome = self.dispatcher.dispatch(payload, conn.session)
+                else:
+                    outcome = self._measured_dispatch(metrics, payload, conn)
                 if isinstance(outcome, Reply):
                     conn.queue(outcome)
                     conn.closing = outcome.close_after
@@ -392,6 +398,21 @@ class Processor(threading.Thread):
                 conn.recharge(self.max_request_bytes)
         self._write(conn)
 
+    def _measured_dispatch(self, metrics, payload, conn: Connection):
+        """Dispatch, counting the request and (unless it parks) its latency."""
+        started = self.clock()
+        api_key = _API_KEY.unpack_from(payload)[0] if len(payload) >= 2 else -1
+        try:
+            outcome = self.dispatcher.dispatch(payload, conn.session)
+        except CloseConnection:
+            metrics.request_closed(api_key)
+            raise
+        if isinstance(outcome, Parked):
+            conn.parked_since = started
+        else:
+            metrics.request_done(api_key, self.clock() - started)
+        return outcome
+
     def _retry_parked(self) -> None:
         if not self._parked:
             return
@@ -408,6 +429,8 @@ class Processor(threading.Thread):
                     continue
                 self._unpark(conn)
                 conn.last_active = now
+                if parked.metrics is not None:
+                    parked.metrics.request_done(parked.api_key, now - conn.parked_since)
                 conn.queue(reply)
                 self._write(conn)
                 self._process(conn)  # requests that arrived behind the Fetch
@@ -422,6 +445,14 @@ class Processor(threading.Thread):
             except Exception:
                 log.exception("connection from %s: unexpected error; closing it", conn.address)
                 self._close(conn, None)
+
+    def counts(self) -> tuple[dict[str, int], int]:
+        """Open connections by listener name, and parked requests (read by the metrics
+        from another thread: a snapshot, not exact)."""
+        by_listener: dict[str, int] = {}
+        for conn in list(self._connections):
+            by_listener[conn.listener.name] = by_listener.get(conn.listener.name, 0) + 1
+        return by_listener, len(self._parked)
 
     def _unpark(self, conn: Connection) -> None:
         parked = conn.parked

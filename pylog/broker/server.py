@@ -89,6 +89,9 @@ class Broker:
         self.coordinator: GroupCoordinator | None = None
         self.sasl: SaslService | None = None
         self.authorizer: AclAuthorizer | None = None
+        self.metrics = None  # pylog.broker.metrics.BrokerMetrics when metrics.listener is set
+        self._metrics_server = None
+        self._budget: RequestBudget | None = None
         self._servers: list[tuple[ListenerSpec, socket.socket]] = []
         self._processors: list[Processor] = []
         self._acceptors: list[Acceptor] = []
@@ -199,7 +202,8 @@ class Broker:
         dispatcher = Dispatcher(AdminHandlers(config, self.metadata, logs), logs, self.clock,
                                 GroupHandlers(self.coordinator, self.clock), sasl=self.sasl)
         self._start_authorizer(dispatcher)
-        budget = RequestBudget(config["queued.max.request.bytes"])
+        self._start_metrics(dispatcher, logs)
+        budget = self._budget = RequestBudget(config["queued.max.request.bytes"])
         self._processors = [
             Processor(i, dispatcher, config["socket.request.max.bytes"], waiters.add,
                       waiters.remove, self.clock, budget, config["connections.max.idle.ms"])
@@ -236,9 +240,45 @@ class Broker:
                 processor.stop()
             for processor in self._processors:
                 processor.join()
+            if self._metrics_server is not None:
+                self._metrics_server.shutdown()
+                self._metrics_server.server_close()
             self._close_storage()
             self._stopped.set()
             log.info("broker stopped cleanly")
+
+    def _start_metrics(self, dispatcher: Dispatcher, logs: PartitionLogs) -> None:
+        """``metrics.listener``: Prometheus metrics (pylog.broker.metrics) over HTTP."""
+        listener = self.config["metrics.listener"]
+        if not listener:
+            return
+        from prometheus_client import start_http_server
+
+        from pylog.broker.metrics import BrokerMetrics, parse_listener
+
+        def connections() -> dict[str, int]:
+            total: dict[str, int] = {}
+            for processor in self._processors:
+                for name, count in processor.counts()[0].items():
+                    total[name] = total.get(name, 0) + count
+            return total
+
+        metrics = BrokerMetrics(
+            self.metadata, logs, connections,
+            parked=lambda: sum(p.counts()[1] for p in self._processors),
+            queued_bytes=lambda: self._budget.used)
+        host, port = parse_listener(listener)
+        try:
+            self._metrics_server, _ = start_http_server(port, host, registry=metrics.registry)
+        except OSError as error:
+            raise ConfigError("metrics.listener", f"cannot listen on {listener}: "
+                              f"{error.strerror or error}") from None
+        self.metadata.add_listener(metrics.on_metadata_change)
+        metrics.on_metadata_change()
+        dispatcher.metrics = metrics
+        self.metrics = metrics
+        log.info("metrics at http://%s:%d/metrics", host,
+                 self._metrics_server.server_address[1])
 
     def _controlled_shutdown(self) -> None:
         deadline = self.clock() + self.config["controlled.shutdown.timeout.ms"] / 1000

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 import pytest
 from confluent_kafka import KafkaError, Producer
@@ -477,3 +478,45 @@ def test_a_leader_paused_past_its_lease_but_not_its_session_writes_nothing_twice
     values = [value for _, value in read_all(cluster, [0])]
     assert len(values) == len(set(values)), "a value was written twice"
     assert {value for _, _, value in producer.acked} <= set(values)
+
+
+def test_metrics_show_under_replication_and_isr_changes(tmp_path, zk_connect):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from pylog.testing.process import free_port
+
+    cluster = LocalCluster(tmp_path, zk_connect, extra={
+        "replica.lag.time.max.ms": 2000, "replica.fetch.wait.max.ms": 200,
+        "default.replication.factor": 3, "auto.leader.rebalance.enable": "false"})
+    ports = {}
+    for broker_id, broker in cluster.brokers.items():
+        ports[broker_id] = free_port()
+        broker.overrides["metrics.listener"] = f"127.0.0.1:{ports[broker_id]}"
+
+    def gauge(broker_id: int, name: str) -> float:
+        url = f"http://127.0.0.1:{ports[broker_id]}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+        return next(sample.value for family in text_string_to_metric_families(text)
+                    for sample in family.samples if sample.name == name and not sample.labels)
+
+    cluster.start()
+    try:
+        create_topic(cluster)
+        assert sum(gauge(b, "pylog_active_controller") for b in cluster.brokers) == 1
+        leader = leader_of(cluster)
+        follower = next(b for b in cluster.brokers if b != leader)
+        assert gauge(leader, "pylog_under_replicated_partitions") == 0
+        cluster.brokers[follower].pause()
+        try:
+            wait_until(lambda: gauge(leader, "pylog_under_replicated_partitions") == 1,
+                       timeout=20, message="the leader reporting an under-replicated partition")
+            assert gauge(leader, "pylog_isr_shrinks_total") >= 1
+        finally:
+            cluster.brokers[follower].resume()
+        wait_until(lambda: gauge(leader, "pylog_under_replicated_partitions") == 0,
+                   timeout=30, message="the follower back in the ISR")
+        assert gauge(leader, "pylog_isr_expands_total") >= 1
+        assert sum(gauge(b, "pylog_offline_partitions") for b in cluster.brokers) == 0
+    finally:
+        cluster.close()
