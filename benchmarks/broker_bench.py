@@ -124,7 +124,9 @@ def consume_rate(bootstrap: str, topic: str, records: int) -> float:
     got = size = 0
     start = time.perf_counter()
     while got < records:
-        messages = consumer.consume(num_messages=10000, timeout=30)
+        # consume() waits until it has num_messages or the timeout passes: ask for no
+        # more than remain, or the last call waits out its whole timeout.
+        messages = consumer.consume(num_messages=min(10000, records - got), timeout=30)
         if not messages:
             raise RuntimeError(f"consumer stalled after {got} of {records} records")
         for message in messages:
