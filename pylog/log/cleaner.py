@@ -43,6 +43,7 @@ from pylog.log.file_records import FileRecords
 from pylog.log.offset_index import OffsetIndex
 from pylog.log.segment import LogSegment
 from pylog.log.time_index import TimeIndex
+from pylog.log.transaction_index import TransactionIndex
 from pylog.records.filtering import empty_batch, retain_records, scan_records, with_last_offset_delta
 from pylog.records.header import LOG_OVERHEAD, BatchHeader, check_crc, read_batch_header
 
@@ -85,6 +86,7 @@ class CleanerView:
     replicated_high_watermark: int | None
     truncations: int
     config: LogConfig
+    last_stable_offset: int | None = None  # nothing at or above it is cleaned
 
     def close(self) -> None:
         for snapshot in self.segments:
@@ -132,6 +134,8 @@ def cleanable_range(view: CleanerView, first_dirty: int, now_ms: int) -> Cleanab
     uncleanable = view.active_base_offset
     if view.replicated_high_watermark is not None:
         uncleanable = min(uncleanable, view.replicated_high_watermark)
+    if view.last_stable_offset is not None:
+        uncleanable = min(uncleanable, view.last_stable_offset)
     lag = view.config.min_compaction_lag_ms
     if lag > 0:
         young = next((s.base_offset for s in segments if s.next_offset > first_dirty
@@ -286,10 +290,12 @@ class _RetainRules(NamedTuple):
 def _open_cleaned(directory: Path, base: int, view: CleanerView, now_ms: int) -> LogSegment:
     swap.discard_cleaned(directory, base)
     index_path, time_index_path, log_path = swap.segment_paths(directory, base, layout.CLEANED_SUFFIX)
+    txn_index_path = swap.txn_index_path(directory, base, layout.CLEANED_SUFFIX)
     size = view.config.segment_index_bytes
     return LogSegment(base, FileRecords.open(log_path),
                       OffsetIndex(index_path, base, size, writable=True),
-                      TimeIndex(time_index_path, base, size, writable=True), view.config, now_ms)
+                      TimeIndex(time_index_path, base, size, writable=True), view.config, now_ms,
+                      TransactionIndex(txn_index_path, base))
 
 
 def _close(segment: LogSegment) -> None:

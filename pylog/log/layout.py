@@ -14,6 +14,8 @@
         00000000000000368769.log             record batches; the name is the segment's base offset
         00000000000000368769.index           offset index (offset_index.py)
         00000000000000368769.timeindex       time index (time_index.py)
+        00000000000000368769.txnindex        aborted transactions, only once there is one
+                                             (transaction_index.py)
         00000000000000368769.snapshot        producer state up to that offset (producer_snapshot.py)
         00000000000000368769.log.cleaned     a cleaned segment being written (and its indexes)
         00000000000000368769.log.swap        a cleaned segment ready to replace its originals
@@ -30,6 +32,7 @@ from pylog.types import TopicPartition
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
 SNAPSHOT_SUFFIX = ".snapshot"
 TEMP_SUFFIX = ".tmp"
 CLEANED_SUFFIX = ".cleaned"
@@ -43,7 +46,7 @@ REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"  # in each partition dir
 
-_SEGMENT_NAME = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+_SEGMENT_NAME = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex)$")
 _SNAPSHOT_NAME = re.compile(r"^(\d{20})\.snapshot$")
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 
@@ -63,6 +66,10 @@ def index_file(directory: Path, base_offset: int) -> Path:
 
 def time_index_file(directory: Path, base_offset: int) -> Path:
     return directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX)
+
+
+def txn_index_file(directory: Path, base_offset: int) -> Path:
+    return directory / segment_file_name(base_offset, TXN_INDEX_SUFFIX)
 
 
 def parse_segment_file(name: str) -> tuple[int, str] | None:

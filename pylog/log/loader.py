@@ -14,6 +14,9 @@ or unreadable it is rebuilt from the batch headers (:func:`load_leader_epochs`).
 
 The producer state comes from the newest snapshot at or below the log end plus the batch
 headers after it (:func:`load_producer_state`); snapshots above the log end are deleted.
+Transaction markers are read as they are replayed (only control batches are decoded), and
+the aborted-transaction index of every re-validated segment is rebuilt from them: the
+replay then starts from a snapshot at or below the first such segment.
 """
 
 from __future__ import annotations
@@ -30,9 +33,11 @@ from pylog.log.config import MAX_SEGMENT_BYTES, LogConfig
 from pylog.log.index import CorruptIndexError
 from pylog.log.leader_epoch import LeaderEpochCache, epochs_from_headers, read_epoch_checkpoint
 from pylog.log.producer_snapshot import delete_snapshots, load_latest_snapshot
-from pylog.log.producer_state import ProducerStateManager
+from pylog.log.producer_state import CompletedTxn, ProducerStateManager
 from pylog.log.segment import LogSegment
 from pylog.log.swap import recover_swaps
+from pylog.log.transaction_index import AbortedTxn
+from pylog.records.control import read_marker
 from pylog.records.header import BatchHeader
 
 log = logging.getLogger(__name__)
@@ -152,22 +157,53 @@ def _all_headers(directory: Path, segments: list[LogSegment]) -> Iterator[BatchH
         log.warning("%s: leader epochs rebuilt only up to a bad batch: %s", directory, exc)
 
 
-def load_producer_state(directory: Path, segments: list[LogSegment]) -> ProducerStateManager:
+def load_producer_state(directory: Path, segments: list[LogSegment],
+                        rebuild_txn_index_from: int | None = None) -> ProducerStateManager:
     """The producer state of the whole log: the newest snapshot at or below the log end,
-    then every batch header after it (headers only). Snapshots above the end, left by a
-    truncation or a crash, are deleted first."""
+    then every batch header after it (headers only; markers are decoded). Snapshots above
+    the end, left by a truncation or a crash, are deleted first.
+
+    With ``rebuild_txn_index_from`` (the base offset of the first re-validated segment,
+    whose transaction indexes were emptied), the replay starts at or below it and adds an
+    entry to those segments' indexes for each ABORT marker."""
     end = segments[-1].next_offset
     delete_snapshots(directory, above=end)
-    loaded = load_latest_snapshot(directory, end)
+    up_to = end if rebuild_txn_index_from is None else min(end, rebuild_txn_index_from)
+    loaded = load_latest_snapshot(directory, up_to)
     start, state = loaded if loaded is not None else (segments[0].base_offset, ProducerStateManager())
     if start >= end:
         return state
     first = max(0, bisect.bisect_right([s.base_offset for s in segments], start) - 1)
     try:
         for segment in segments[first:]:
-            for _, header in segment.records.headers():
-                if header.base_offset >= start:
+            rebuild = rebuild_txn_index_from is not None and segment.base_offset >= rebuild_txn_index_from
+            for position, header in segment.records.headers():
+                if header.base_offset < start or header.producer_id < 0:
+                    continue
+                if not header.is_control:
                     state.apply(header, header.base_offset)
+                    continue
+                completed = replay_marker(state, segment.records.read(position, header.size), 0, header)
+                if rebuild and completed is not None and completed.aborted:
+                    segment.txn_index.append(aborted_entry(completed))
     except CorruptRecordError as exc:
         log.warning("%s: producer state rebuilt only up to a bad batch: %s", directory, exc)
     return state
+
+
+def replay_marker(state: ProducerStateManager, buf: bytes | bytearray | memoryview, pos: int,
+                  header: BatchHeader) -> CompletedTxn | None:
+    """Apply the written control batch at ``buf[pos:]`` (unchecked, as a follower does);
+    None if it is not a transaction marker."""
+    try:
+        marker = read_marker(buf, pos, header)
+    except CorruptRecordError as exc:
+        log.debug("control batch at offset %d is not a transaction marker: %s", header.base_offset, exc)
+        return None
+    return state.complete_txn(header.producer_id, header.producer_epoch, marker,
+                              header.base_offset, header.max_timestamp)
+
+
+def aborted_entry(completed: CompletedTxn) -> AbortedTxn:
+    return AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset,
+                      completed.last_stable_offset)

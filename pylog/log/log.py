@@ -22,6 +22,15 @@ its write cannot interleave with another producer's; a duplicate is answered wit
 offsets it was first written at. Batches without a producer id skip all of it. The state
 is snapshotted at each roll and at close, and rebuilt after truncation.
 
+Transactions: transactional batches open a transaction in the producer state, a marker
+(:meth:`Log.append_marker` on a leader, a control batch from the leader on a follower)
+completes it, and each ABORT marker adds an entry to its segment's ``.txnindex``
+(:mod:`pylog.log.transaction_index`). :attr:`Log.last_stable_offset` is the high
+watermark capped by the first offset of every open transaction and of every completed
+one whose marker the high watermark has not passed; a read_committed read stops there and
+reports the aborted transactions overlapping what it returns. Without transactions the
+LSO is the high watermark, at the cost of two empty-container checks.
+
 Compaction (:mod:`pylog.log.cleaner`) reads a :meth:`Log.cleaner_view` of the inactive
 segments without the lock and swaps each cleaned segment in with
 :meth:`Log.replace_segments`, under the lock, as :mod:`pylog.log.swap` describes.
@@ -38,20 +47,27 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from pylog.errors import CorruptRecordError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from pylog.errors import (
+    CorruptRecordError, OffsetOutOfRangeError, TransactionalIdAuthorizationFailedError,
+    UnknownTopicOrPartitionError)
 from pylog.log import swap
 from pylog.log.cleaner import CleanerView, SegmentsChangedError, SegmentSnapshot
 from pylog.log.config import LogConfig
 from pylog.log.index import CorruptIndexError
 from pylog.log.leader_epoch import EpochEntry, LeaderEpochCache
-from pylog.log.loader import RECOVERY_MAX_BATCH, load_leader_epochs, load_producer_state, load_segments
+from pylog.log.loader import (
+    RECOVERY_MAX_BATCH, aborted_entry, load_leader_epochs, load_producer_state, load_segments,
+    replay_marker)
 from pylog.log.producer_snapshot import delete_snapshots, write_snapshot
 from pylog.log.producer_state import BatchMetadata, ProducerStateManager
+from pylog.log.transaction_index import AbortedTxn
 from pylog.log.results import AppendInfo, FileRegion, ReadResult
 from pylog.log.retention import count_deletable
 from pylog.log.segment import LogSegment
 from pylog.log.validation import check_follower_offsets, validate_append
-from pylog.records.header import BatchHeader, set_base_offset, set_partition_leader_epoch
+from pylog.records.control import TxnMarker, build_marker_batch
+from pylog.records.header import (
+    BatchHeader, read_batch_header, set_base_offset, set_partition_leader_epoch)
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +141,8 @@ class Log:
         if loaded.bytes_truncated:
             log.warning("%s: recovery truncated %d bytes", directory, loaded.bytes_truncated)
         epochs = load_leader_epochs(directory, loaded.segments)
-        producers = load_producer_state(directory, loaded.segments)
+        rebuild_from = min((s.base_offset for s in loaded.recovered), default=None)
+        producers = load_producer_state(directory, loaded.segments, rebuild_from)
         return cls(directory, config, clock, loaded.segments, log_start_offset, loaded.bytes_truncated,
                    epochs, producers)
 
@@ -166,6 +183,23 @@ class Log:
         local = end if self.config.expose_unflushed else min(self._recovery_point, end)
         limit = self._replicated_hw
         return local if limit is None else min(local, limit)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Readers with isolation read_committed see offsets below this: the high
+        watermark, or the first offset of the oldest transaction that is open or whose
+        marker is not below the high watermark yet (never below the log start)."""
+        high_watermark = self.high_watermark
+        if not self._producers.has_unstable:
+            return high_watermark
+        with self._lock:
+            return self._last_stable_locked(self.high_watermark)
+
+    def _last_stable_locked(self, high_watermark: int) -> int:
+        first_unstable = self._producers.first_unstable_offset(high_watermark)
+        if first_unstable is None or first_unstable >= high_watermark:
+            return high_watermark
+        return max(first_unstable, self._log_start_offset)
 
     @property
     def replicated_high_watermark(self) -> int | None:
@@ -252,7 +286,7 @@ class Log:
     # -- append ---------------------------------------------------------------------------
 
     def append(self, records: bytes | bytearray | memoryview,
-               leader_epoch: int | None = None) -> AppendInfo:
+               leader_epoch: int | None = None, *, allow_transactional: bool = True) -> AppendInfo:
         """Validate, assign offsets to and append one or more back-to-back v2 batches.
 
         Every batch is checked first (framing, magic, CRC, size); if any is bad nothing is
@@ -266,9 +300,18 @@ class Log:
         InvalidProducerEpochError or OutOfOrderSequenceNumberError, or a duplicate of a
         batch among the producer's last five, which is not written again: the result
         then holds that batch's offsets and ``record_count`` 0.
+
+        Control batches are refused (InvalidRecordError: only :meth:`append_marker` writes
+        markers), and so are transactional batches without a producer id, or any
+        transactional batch unless ``allow_transactional`` (a Produce request without a
+        transactional id: TransactionalIdAuthorizationFailedError).
         """
         view = memoryview(records).cast("B")
         batches = validate_append(view, self.config)
+        if not allow_transactional and any(h.is_transactional for _, h in batches):
+            raise TransactionalIdAuthorizationFailedError(
+                "transactional batches need the transactional id of their producer in the "
+                "Produce request")
         buf = bytearray(view)
         if leader_epoch is not None:
             for position, _ in batches:
@@ -298,10 +341,48 @@ class Log:
         return AppendInfo(duplicate.first_offset, duplicate.last_offset, duplicate.timestamp, -1,
                           self._log_start_offset, 0)
 
-    def _apply_producer_batches(self, assigned: list[AssignedBatch]) -> None:
-        for _, base_offset, header in assigned:
-            if header.producer_id >= 0:
+    def _apply_producer_batches(self, assigned: list[AssignedBatch],
+                                buf: bytes | bytearray | memoryview | None = None) -> None:
+        """Record written batches in the producer state; control batches (a follower's,
+        whose bytes are in ``buf``) complete transactions."""
+        for position, base_offset, header in assigned:
+            if header.producer_id < 0:
+                continue
+            if header.is_control:
+                completed = replay_marker(self._producers, buf, position, header)
+                if completed is not None and completed.aborted:
+                    self.active_segment.txn_index.append(aborted_entry(completed))
+            else:
                 self._producers.apply(header, base_offset)
+
+    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                      coordinator_epoch: int, leader_epoch: int | None = None) -> AppendInfo:
+        """Write a transaction marker (COMMIT if ``commit`` else ABORT) for ``producer_id``
+        as leader, completing its open transaction; an ABORT adds an entry to the
+        aborted-transaction index. ``leader_epoch`` as for :meth:`append`.
+
+        Raises TransactionCoordinatorFencedError (``coordinator_epoch`` older than the
+        producer's last marker's) or InvalidProducerEpochError (``producer_epoch`` older
+        than the producer's); nothing is written then.
+        """
+        marker = TxnMarker(commit, coordinator_epoch)
+        buf = bytearray(build_marker_batch(producer_id, producer_epoch, marker, self._now_ms(),
+                                           -1 if leader_epoch is None else leader_epoch))
+        with self._lock:
+            self._check_open()
+            self._producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+            offset = self.log_end_offset
+            set_base_offset(buf, 0, offset)
+            header = read_batch_header(buf)
+            if leader_epoch is not None:
+                self._epochs.assign(leader_epoch, offset)
+            info, rolled = self._append_locked(buf, [(0, offset, header)])
+            completed = self._producers.complete_txn(producer_id, producer_epoch, marker, offset,
+                                                     header.max_timestamp)
+            if completed.aborted:
+                self.active_segment.txn_index.append(aborted_entry(completed))
+        self._after_append(rolled, offset)
+        return info
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo:
         """Append batches fetched from the leader, keeping the offsets it assigned.
@@ -326,7 +407,7 @@ class Log:
             assigned = [(p, h.base_offset, h) for p, h in batches]
             info, rolled = self._append_locked(view, assigned)
             if any(h.producer_id >= 0 for _, h in batches):
-                self._apply_producer_batches(assigned)
+                self._apply_producer_batches(assigned, view)
         self._after_append(rolled, info.first_offset)
         return info
 
@@ -462,12 +543,15 @@ class Log:
     # -- read -----------------------------------------------------------------------------
 
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None, *,
-             up_to_log_end: bool = False) -> ReadResult:
+             up_to_log_end: bool = False, committed: bool = False) -> ReadResult:
         """Whole batches from the one holding ``offset``, as a region of one segment file.
 
         At most ``max_bytes`` except that the first batch is returned whole; nothing at or
-        above the high watermark (the log end if ``up_to_log_end``, for a follower's fetch)
-        or ``max_offset`` (exclusive). The result reports the high watermark either way.
+        above the high watermark (the last stable offset if ``committed``, for isolation
+        read_committed; the log end if ``up_to_log_end``, for a follower's fetch) or
+        ``max_offset`` (exclusive). The result reports the high watermark and the last
+        stable offset either way, and with ``committed`` the aborted transactions
+        overlapping the returned batches (an empty list if none).
         ``offset`` equal to the log end gives ``region=None``. Raises OffsetOutOfRangeError
         outside ``[log_start_offset, log_end_offset]``. The caller must close the region.
         """
@@ -479,19 +563,56 @@ class Log:
                     f"offset {offset} is out of range for {self.directory.name}: "
                     f"valid offsets are {start} to {end}")
             high_watermark = self.high_watermark
-            visible = end if up_to_log_end else high_watermark
+            stable = (self._last_stable_locked(high_watermark) if self._producers.has_unstable
+                      else high_watermark)
+            visible = end if up_to_log_end else stable if committed else high_watermark
             limit = visible if max_offset is None else min(visible, max_offset)
-            region = None
+            region, aborted = None, [] if committed else None
             if offset < limit:
                 first = max(0, bisect.bisect_right(self._bases, offset) - 1)
-                for segment in self._segments[first:]:
+                for index in range(first, len(self._segments)):
+                    segment = self._segments[index]
                     if segment.base_offset >= limit:
                         break
                     found = segment.read(offset, max_bytes, limit)
                     if found is not None:
                         region = FileRegion(os.dup(segment.records.fd), found[0], found[1])
+                        if committed:
+                            upper = self._offset_after(segment, found[0] + found[1], limit)
+                            aborted = self._collect_aborted(index, offset, upper)
                         break
-            return ReadResult(region, high_watermark, start)
+            return ReadResult(region, high_watermark, start, stable, aborted)
+
+    def _offset_after(self, segment: LogSegment, position: int, limit: int) -> int:
+        """The offset of the batch at ``position`` of ``segment`` (the end of a read):
+        the upper bound of the aborted transactions a read reports."""
+        if position >= segment.size:
+            return min(segment.next_offset, limit)
+        return min(segment.records.read_header(position).base_offset, limit)
+
+    def _collect_aborted(self, first_segment: int, fetch_offset: int,
+                         upper_bound: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping ``[fetch_offset, upper_bound)``: their markers
+        are at or after ``fetch_offset``, so the search starts at the segment holding it and
+        stops at an entry whose last stable offset reaches ``upper_bound``."""
+        found: list[AbortedTxn] = []
+        for segment in self._segments[first_segment:]:
+            if segment.txn_index.is_empty:
+                continue
+            entries, complete = segment.txn_index.collect(fetch_offset, upper_bound)
+            found.extend(entries)
+            if complete:
+                break
+        return found
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping offsets ``[fetch_offset, upper_bound)``
+        (first offset below ``upper_bound``, marker at or after ``fetch_offset``), oldest
+        marker first, from the segments' ``.txnindex`` files."""
+        with self._lock:
+            self._check_open()
+            first = max(0, bisect.bisect_right(self._bases, fetch_offset) - 1)
+            return self._collect_aborted(first, fetch_offset, upper_bound)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record below the high watermark whose
@@ -591,6 +712,11 @@ class Log:
 
     # -- producer state -------------------------------------------------------------------
 
+    def open_transactions(self) -> dict[int, int]:
+        """``{first offset: producer id}`` of the transactions open in this log."""
+        with self._lock:
+            return dict(self._producers.ongoing)
+
     def producer_state(self, producer_id: int) -> tuple[int, list[BatchMetadata]] | None:
         """``(epoch, last batches)`` the log keeps for ``producer_id``, None if unknown."""
         with self._lock:
@@ -614,7 +740,8 @@ class Log:
                                          s.next_offset, s.largest_timestamp)
                          for s in self._segments[:-1]]
             return CleanerView(snapshots, self.active_segment.base_offset, self._log_start_offset,
-                               self._replicated_hw, self._truncations, self.config)
+                               self._replicated_hw, self._truncations, self.config,
+                               self._last_stable_locked(self.high_watermark))
 
     def replace_segments(self, old: Sequence[LogSegment], truncations: int) -> LogSegment:
         """Swap in the cleaned segment written (and fsynced) as ``<base>.*.cleaned`` for the

@@ -8,22 +8,31 @@ at most a scan of headers from the last roll. Truncation drops the snapshots abo
 new end and rebuilds the same way. A snapshot that fails its CRC is deleted and the next
 older one used (or the log scanned from its start).
 
-Layout, big-endian (version 1)::
+Layout, big-endian (version 2)::
 
     offset  size  field
-    0       2     version               1
+    0       2     version               2
     2       4     crc                   CRC-32C of bytes [6, end)
     6       4     producerCount
     then producerCount times:
             8     producerId
             2     producerEpoch
-            1     batchCount            1..5, oldest first
+            4     coordinatorEpoch      of its last marker, -1 if none
+            8     currentTxnFirstOffset its open transaction's first offset, -1 if none
+            8     lastTimestamp         of its last batch or marker
+            1     batchCount            0..5, oldest first
             then batchCount times:
             4     firstSequence
             4     lastSequence
             8     lastOffset
             4     offsetDelta           lastOffset - firstOffset
             8     timestamp             the batch's max timestamp
+    4     unreplicatedCount             completed transactions whose marker was not yet
+    then unreplicatedCount times:       below the high watermark (the LSO waits for them)
+            8     firstOffset
+            8     lastOffset            the marker
+
+Version 1 (no transaction fields, no unreplicated list, 1..5 batches) is still read.
 
 Written as ``<name>.tmp``, fsynced, renamed; the directory is fsynced.
 """
@@ -43,10 +52,13 @@ from pylog.log.producer_state import BatchMetadata, ProducerStateEntry, Producer
 
 log = logging.getLogger(__name__)
 
-VERSION = 1
+VERSION = 2
 _HEADER = struct.Struct(">hIi")
-_PRODUCER = struct.Struct(">qhb")
+_PRODUCER_V1 = struct.Struct(">qhb")
+_PRODUCER = struct.Struct(">qhiqqb")
 _BATCH = struct.Struct(">iiqiq")
+_COUNT = struct.Struct(">i")
+_TXN = struct.Struct(">qq")
 
 
 class CorruptSnapshotError(ValueError):
@@ -55,12 +67,16 @@ class CorruptSnapshotError(ValueError):
 
 def encode_snapshot(state: ProducerStateManager) -> bytes:
     body = bytearray()
-    entries = [e for e in state.producers.values() if e.batches]
+    entries = list(state.producers.values())
     for entry in entries:
-        body += _PRODUCER.pack(entry.producer_id, entry.epoch, len(entry.batches))
+        body += _PRODUCER.pack(entry.producer_id, entry.epoch, entry.coordinator_epoch,
+                               entry.txn_first_offset, entry.last_timestamp, len(entry.batches))
         for b in entry.batches:
             body += _BATCH.pack(b.first_seq, b.last_seq, b.last_offset, b.offset_delta, b.timestamp)
-    tail = len(entries).to_bytes(4, "big", signed=True) + bytes(body)
+    body += _COUNT.pack(len(state.unreplicated))
+    for first, last in state.unreplicated.items():
+        body += _TXN.pack(first, last)
+    tail = _COUNT.pack(len(entries)) + bytes(body)
     return _HEADER.pack(VERSION, crc32c(tail), len(entries)) + bytes(body)
 
 
@@ -69,25 +85,38 @@ def decode_snapshot(buf: bytes) -> ProducerStateManager:
         version, crc, count = _HEADER.unpack_from(buf, 0)
     except struct.error:
         raise CorruptSnapshotError(f"{len(buf)} bytes: too short for a snapshot header") from None
-    if version != VERSION:
+    if version not in (1, VERSION):
         raise CorruptSnapshotError(f"unknown snapshot version {version}")
     if crc32c(buf[6:]) != crc:
         raise CorruptSnapshotError("snapshot CRC mismatch")
-    pos, entries = _HEADER.size, []
+    pos, entries, unreplicated = _HEADER.size, [], []
     try:
         for _ in range(count):
-            producer_id, epoch, batch_count = _PRODUCER.unpack_from(buf, pos)
-            pos += _PRODUCER.size
+            if version == 1:
+                producer_id, epoch, batch_count = _PRODUCER_V1.unpack_from(buf, pos)
+                coordinator_epoch, txn_first, last_timestamp = -1, -1, -1
+                pos += _PRODUCER_V1.size
+            else:
+                (producer_id, epoch, coordinator_epoch, txn_first, last_timestamp,
+                 batch_count) = _PRODUCER.unpack_from(buf, pos)
+                pos += _PRODUCER.size
             batches = []
             for _ in range(batch_count):
                 batches.append(BatchMetadata(*_BATCH.unpack_from(buf, pos)))
                 pos += _BATCH.size
-            entries.append(ProducerStateEntry(producer_id, epoch, batches))
+            entries.append(ProducerStateEntry(producer_id, epoch, batches, coordinator_epoch,
+                                              txn_first, last_timestamp))
+        if version > 1:
+            (txn_count,) = _COUNT.unpack_from(buf, pos)
+            pos += _COUNT.size
+            for _ in range(txn_count):
+                unreplicated.append(_TXN.unpack_from(buf, pos))
+                pos += _TXN.size
     except struct.error:
         raise CorruptSnapshotError("snapshot ends inside an entry") from None
     if pos != len(buf):
         raise CorruptSnapshotError(f"{len(buf) - pos} bytes after the last entry")
-    return ProducerStateManager(entries)
+    return ProducerStateManager(entries, unreplicated)
 
 
 def write_snapshot(directory: Path, state: ProducerStateManager, offset: int) -> Path:

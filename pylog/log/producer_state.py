@@ -15,8 +15,20 @@ For each producer id the log keeps its epoch and the last five batches it append
   (KIP-360): the producer's state may have expired or been deleted with its segments,
   and the producer cannot tell; brokers no longer answer UNKNOWN_PRODUCER_ID.
 
-Followers, and a log rebuilding its state from batch headers, apply batches without the
-checks. The state survives restarts through snapshots (:mod:`pylog.log.producer_snapshot`).
+Transactions (Kafka's ``ProducerStateManager``): a transactional batch (attributes bit
+0x10) from a producer without an open transaction opens one at its base offset; the
+producer's marker (a control batch, :mod:`pylog.records.control`) completes it. A leader
+checks a marker first: a coordinator epoch older than the last one seen for the producer
+is TRANSACTION_COORDINATOR_FENCED, a producer epoch older than the producer's is
+INVALID_PRODUCER_EPOCH; a newer producer epoch is taken (the coordinator bumps it to fence
+a producer whose transaction it aborts). A completed transaction stays *unreplicated*
+until the high watermark passes its marker: until then a read_committed reader must not
+read past its first offset, whatever the marker says. The first unstable offset is the
+smallest first offset of the open and the unreplicated transactions; the log's last
+stable offset is that, capped by the high watermark.
+
+Followers, and a log rebuilding its state from the log, apply batches without the checks.
+The state survives restarts through snapshots (:mod:`pylog.log.producer_snapshot`).
 """
 
 from __future__ import annotations
@@ -24,7 +36,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from pylog.errors import InvalidProducerEpochError, OutOfOrderSequenceNumberError
+from pylog.errors import (
+    InvalidProducerEpochError, OutOfOrderSequenceNumberError, TransactionCoordinatorFencedError)
+from pylog.records.control import TxnMarker
 from pylog.records.header import BatchHeader
 
 NUM_BATCHES_TO_RETAIN = 5
@@ -51,21 +65,40 @@ class BatchMetadata:
         return self.last_offset - self.offset_delta
 
 
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction a marker ended: the producer's records in ``[first_offset,
+    last_offset]`` (``last_offset`` is the marker). ``last_stable_offset`` is the log's
+    first unstable offset right after the marker (or the offset after it), as the
+    aborted-transaction index records it."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    aborted: bool
+    last_stable_offset: int
+
+
 @dataclass(slots=True)
 class ProducerStateEntry:
-    """A producer id's epoch and its last (at most five) batches, oldest first."""
+    """A producer id's epoch, its last (at most five) batches, oldest first, and its
+    transaction state: the last coordinator epoch and the first offset of its open
+    transaction (-1: none)."""
 
     producer_id: int
     epoch: int
     batches: list[BatchMetadata] = field(default_factory=list)
+    coordinator_epoch: int = -1
+    txn_first_offset: int = -1
+    last_timestamp: int = -1  # of its last batch or marker
+
+    def __post_init__(self) -> None:
+        if self.last_timestamp < 0 and self.batches:
+            self.last_timestamp = self.batches[-1].timestamp
 
     @property
     def last_seq(self) -> int:
         return self.batches[-1].last_seq if self.batches else -1
-
-    @property
-    def last_timestamp(self) -> int:
-        return self.batches[-1].timestamp if self.batches else -1
 
     @property
     def last_offset(self) -> int:
@@ -81,12 +114,16 @@ class ProducerStateEntry:
 
     def add(self, epoch: int, batch: BatchMetadata) -> None:
         """Record ``batch``; a new epoch forgets the old epoch's batches."""
-        if epoch != self.epoch:
-            self.epoch = epoch
-            self.batches.clear()
+        self.bump_epoch(epoch)
         self.batches.append(batch)
         if len(self.batches) > NUM_BATCHES_TO_RETAIN:
             del self.batches[0]
+        self.last_timestamp = batch.timestamp
+
+    def bump_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self.epoch = epoch
+            self.batches.clear()
 
 
 def batch_metadata(header: BatchHeader, base_offset: int) -> BatchMetadata:
@@ -110,8 +147,16 @@ class ProducerStateManager:
             state.apply(zip(headers, base_offsets))
     """
 
-    def __init__(self, entries: Iterable[ProducerStateEntry] = ()) -> None:
+    def __init__(self, entries: Iterable[ProducerStateEntry] = (),
+                 unreplicated: Iterable[tuple[int, int]] = ()) -> None:
         self.producers: dict[int, ProducerStateEntry] = {e.producer_id: e for e in entries}
+        # first offset -> producer id of each open transaction, oldest first
+        self.ongoing: dict[int, int] = dict(sorted(
+            (e.txn_first_offset, e.producer_id) for e in self.producers.values()
+            if e.txn_first_offset >= 0))
+        # first offset -> marker offset of each completed transaction whose marker the
+        # high watermark has not passed yet, in marker order
+        self.unreplicated: dict[int, int] = dict(sorted(unreplicated, key=lambda t: t[1]))
 
     def __len__(self) -> int:
         return len(self.producers)
@@ -125,7 +170,7 @@ class ProducerStateManager:
         pending: dict[int, tuple[int, int]] = {}  # producer id -> (epoch, last seq) so far
         for header in headers:
             producer_id = header.producer_id
-            if producer_id < 0:
+            if producer_id < 0 or header.is_control:
                 continue
             entry = self.producers.get(producer_id)
             epoch, first_seq = header.producer_epoch, header.base_sequence
@@ -144,8 +189,10 @@ class ProducerStateManager:
 
     def apply(self, header: BatchHeader, base_offset: int) -> None:
         """Record a written batch (a leader's after :meth:`check`, a follower's, or one
-        replayed from the log). Batches without a producer id are ignored."""
-        if header.producer_id < 0:
+        replayed from the log). Batches without a producer id are ignored, and so are
+        control batches: :meth:`complete_txn` applies those. A transactional batch opens
+        the producer's transaction if none is open."""
+        if header.producer_id < 0 or header.is_control:
             return
         entry = self.producers.get(header.producer_id)
         if entry is None:
@@ -153,11 +200,74 @@ class ProducerStateManager:
                 header.producer_id, header.producer_epoch)
         if header.producer_epoch >= entry.epoch:  # a follower ignores a fenced epoch's batch
             entry.add(header.producer_epoch, batch_metadata(header, base_offset))
+            if header.is_transactional and entry.txn_first_offset < 0:
+                entry.txn_first_offset = base_offset
+                self.ongoing[base_offset] = header.producer_id
+
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
+        """Check a leader's marker before it is written. Raises
+        TransactionCoordinatorFencedError or InvalidProducerEpochError."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"producer {producer_id}: marker from coordinator epoch {coordinator_epoch}, "
+                f"older than the last one seen, {entry.coordinator_epoch}")
+        if producer_epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"producer {producer_id}: marker for epoch {producer_epoch}, older than the "
+                f"current epoch {entry.epoch}")
+
+    def complete_txn(self, producer_id: int, producer_epoch: int, marker: TxnMarker,
+                     offset: int, timestamp: int) -> CompletedTxn:
+        """Apply a marker written at ``offset``: the producer's open transaction (or, with
+        none open, just the marker) is completed, and unreplicated until the high
+        watermark passes ``offset``."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            entry = self.producers[producer_id] = ProducerStateEntry(producer_id, producer_epoch)
+        if producer_epoch > entry.epoch:
+            entry.bump_epoch(producer_epoch)
+        entry.coordinator_epoch = marker.coordinator_epoch
+        entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        first = entry.txn_first_offset if entry.txn_first_offset >= 0 else offset
+        entry.txn_first_offset = -1
+        self.ongoing.pop(first, None)
+        self.unreplicated[first] = offset
+        stable = next(iter(self.ongoing), offset + 1)
+        return CompletedTxn(producer_id, first, offset, not marker.commit, stable)
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset of the oldest open or unreplicated transaction, None if there
+        is none; completed transactions whose marker is below ``high_watermark`` are
+        forgotten first."""
+        unreplicated = self.unreplicated
+        if unreplicated:
+            done = []
+            for first, last in unreplicated.items():
+                if last >= high_watermark:
+                    break
+                done.append(first)
+            for first in done:
+                del unreplicated[first]
+        candidates = []
+        if self.ongoing:
+            candidates.append(next(iter(self.ongoing)))
+        if unreplicated:
+            candidates.append(min(unreplicated))
+        return min(candidates) if candidates else None
+
+    @property
+    def has_unstable(self) -> bool:
+        """Whether any transaction is open or unreplicated (cheap: no pruning)."""
+        return bool(self.ongoing) or bool(self.unreplicated)
 
     def expire(self, now_ms: int, expiration_ms: int) -> int:
-        """Forget producers whose last batch is ``expiration_ms`` old; returns how many."""
+        """Forget producers whose last batch is ``expiration_ms`` old and that have no
+        open transaction (as Kafka); returns how many."""
         expired = [pid for pid, entry in self.producers.items()
-                   if now_ms - entry.last_timestamp >= expiration_ms]
+                   if entry.txn_first_offset < 0 and now_ms - entry.last_timestamp >= expiration_ms]
         for pid in expired:
             del self.producers[pid]
         return len(expired)

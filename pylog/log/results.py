@@ -68,8 +68,12 @@ class FileRegion:
 
 @dataclass(frozen=True, slots=True)
 class ReadResult:
-    """What :meth:`Log.read` found. ``region`` is None when there is nothing to read yet."""
+    """What :meth:`Log.read` found. ``region`` is None when there is nothing to read yet.
+    ``aborted_transactions`` (AbortedTxn entries) is None unless the read was
+    read_committed."""
 
     region: FileRegion | None
     high_watermark: int
     log_start_offset: int
+    last_stable_offset: int = -1
+    aborted_transactions: list | None = None

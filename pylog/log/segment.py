@@ -1,8 +1,9 @@
-"""A log segment: one ``.log`` file joined to its ``.index`` and ``.timeindex``.
+"""A log segment: one ``.log`` file joined to its ``.index``, ``.timeindex`` and ``.txnindex``.
 
 The three files share the segment's base offset as their name (see :mod:`layout`). The
 ``.log`` holds whole record batches (:mod:`file_records`); the indexes are sparse maps
-into it (:mod:`offset_index`, :mod:`time_index`). Every ``index_interval_bytes`` of log
+into it (:mod:`offset_index`, :mod:`time_index`); the ``.txnindex`` lists the transactions
+aborted by markers in the segment (:mod:`transaction_index`, maintained by the log). Every ``index_interval_bytes`` of log
 the segment adds an offset-index entry for the batch being appended, and a time-index
 entry if the largest timestamp has grown.
 
@@ -26,6 +27,7 @@ from pylog.log.file_records import FileRecords
 from pylog.log.index import CorruptIndexError
 from pylog.log.offset_index import OffsetIndex
 from pylog.log.time_index import NO_TIMESTAMP, TimeIndex
+from pylog.log.transaction_index import TransactionIndex
 from pylog.records.batch import decode_batch
 from pylog.records.header import BatchHeader
 
@@ -36,11 +38,14 @@ class LogSegment:
     """One segment. Not thread-safe on its own: :class:`pylog.log.Log` holds the lock."""
 
     def __init__(self, base_offset: int, records: FileRecords, offset_index: OffsetIndex,
-                 time_index: TimeIndex, config: LogConfig, created_ms: int) -> None:
+                 time_index: TimeIndex, config: LogConfig, created_ms: int,
+                 txn_index: TransactionIndex | None = None) -> None:
         self.base_offset = base_offset
         self.records = records
         self.offset_index = offset_index
         self.time_index = time_index
+        self.txn_index = txn_index if txn_index is not None else TransactionIndex(
+            layout.txn_index_file(records.path.parent, base_offset), base_offset)
         self._index_interval = config.index_interval_bytes
         self._max_index_size = config.segment_index_bytes
         self.created_ms = created_ms
@@ -61,7 +66,8 @@ class LogSegment:
         The caller then calls :meth:`load` or :meth:`recover` unless ``fresh``.
         """
         paths = (layout.log_file(directory, base_offset), layout.index_file(directory, base_offset),
-                 layout.time_index_file(directory, base_offset))
+                 layout.time_index_file(directory, base_offset),
+                 layout.txn_index_file(directory, base_offset))
         if fresh:
             for path in paths:
                 path.unlink(missing_ok=True)
@@ -69,7 +75,8 @@ class LogSegment:
         records = FileRecords.open(paths[0])
         offset_index = OffsetIndex(paths[1], base_offset, size, writable=active)
         time_index = TimeIndex(paths[2], base_offset, size, writable=active)
-        return cls(base_offset, records, offset_index, time_index, config, created_ms)
+        return cls(base_offset, records, offset_index, time_index, config, created_ms,
+                   TransactionIndex(paths[3], base_offset))
 
     # -- state ----------------------------------------------------------------------------
 
@@ -126,6 +133,7 @@ class LogSegment:
         position, header = found
         self.offset_index.truncate_to(header.base_offset)
         self.time_index.truncate_to(header.base_offset)
+        self.txn_index.truncate_to(header.base_offset)
         removed = self.records.truncate_to(position)
         self._load_tail_state()
         return removed
@@ -148,6 +156,7 @@ class LogSegment:
         """Quick load after a clean shutdown; raises CorruptIndexError or CorruptRecordError
         when the indexes and the log disagree."""
         self.offset_index.sanity_check(self.records.size)
+        self.txn_index.sanity_check()
         self._load_tail_state()
         self.time_index.sanity_check(self.next_offset)
 
@@ -180,9 +189,11 @@ class LogSegment:
 
     def recover(self, max_batch_size: int) -> int:
         """Re-validate every batch, truncate at the first invalid one and rebuild both
-        indexes. Returns the number of bytes truncated."""
+        indexes. The transaction index is emptied: the loader rebuilds it from the markers
+        as it replays the producer state. Returns the number of bytes truncated."""
         self.offset_index.reset()
         self.time_index.reset()
+        self.txn_index.reset()
         self.offset_index.resize(self._max_index_size)
         self.time_index.resize(self._max_index_size)
         self._reset_state()
@@ -249,6 +260,7 @@ class LogSegment:
         self.records.flush()
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         self.seal()
@@ -257,9 +269,10 @@ class LogSegment:
         os.close(self.records.fd)
 
     def delete(self) -> None:
-        """Close and remove the three files (open duplicates of the fd keep working)."""
+        """Close and remove the segment's files (open duplicates of the fd keep working)."""
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
         os.close(self.records.fd)
         self.records.path.unlink(missing_ok=True)
 

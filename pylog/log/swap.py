@@ -3,7 +3,8 @@
 The cleaner replaces a group of consecutive segments ``[B, E)`` by one cleaned segment with
 the same base offset ``B`` and the same end ``E`` (its last batch ends at ``E - 1``)::
 
-    1. write  B.log.cleaned, B.index.cleaned, B.timeindex.cleaned; fsync them
+    1. write  B.log.cleaned, B.index.cleaned, B.timeindex.cleaned (and B.txnindex.cleaned
+       if the group has aborted transactions); fsync them
     2. rename each to B.<ext>.swap (the .log last); fsync the directory
     3. delete the original segments' files
     4. rename each B.<ext>.swap to B.<ext> (the .log last); fsync the directory
@@ -40,18 +41,29 @@ def segment_paths(directory: Path, base_offset: int, suffix: str = "") -> list[P
     return [directory / (layout.segment_file_name(base_offset, ext) + suffix) for ext in _EXTENSIONS]
 
 
+def txn_index_path(directory: Path, base_offset: int, suffix: str = "") -> Path:
+    """The segment's transaction index, renamed before the others when it exists (a
+    segment without aborted transactions has none)."""
+    return directory / (layout.segment_file_name(base_offset, layout.TXN_INDEX_SUFFIX) + suffix)
+
+
+def _all_paths(directory: Path, base_offset: int, suffix: str = "") -> list[Path]:
+    return [txn_index_path(directory, base_offset, suffix)] + segment_paths(directory, base_offset, suffix)
+
+
 def cleaned_to_swap(directory: Path, base_offset: int) -> None:
     """Step 2: the cleaned segment becomes the one recovery completes."""
-    for cleaned, swap in zip(segment_paths(directory, base_offset, layout.CLEANED_SUFFIX),
-                             segment_paths(directory, base_offset, layout.SWAP_SUFFIX)):
-        os.replace(cleaned, swap)
+    for cleaned, swap in zip(_all_paths(directory, base_offset, layout.CLEANED_SUFFIX),
+                             _all_paths(directory, base_offset, layout.SWAP_SUFFIX)):
+        if cleaned.exists() or layout.TXN_INDEX_SUFFIX not in cleaned.name:
+            os.replace(cleaned, swap)
     fsync_directory(directory)
 
 
 def swap_to_final(directory: Path, base_offset: int) -> None:
     """Step 4 (the originals are gone): give the cleaned segment its final names."""
-    for swap, final in zip(segment_paths(directory, base_offset, layout.SWAP_SUFFIX),
-                           segment_paths(directory, base_offset)):
+    for swap, final in zip(_all_paths(directory, base_offset, layout.SWAP_SUFFIX),
+                           _all_paths(directory, base_offset)):
         if swap.exists():
             os.replace(swap, final)
     fsync_directory(directory)
@@ -59,7 +71,7 @@ def swap_to_final(directory: Path, base_offset: int) -> None:
 
 def discard_cleaned(directory: Path, base_offset: int) -> None:
     """Remove an unfinished cleaned segment (the originals stay)."""
-    for path in segment_paths(directory, base_offset, layout.CLEANED_SUFFIX):
+    for path in _all_paths(directory, base_offset, layout.CLEANED_SUFFIX):
         path.unlink(missing_ok=True)
 
 

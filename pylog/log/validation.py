@@ -4,7 +4,10 @@ The records are one or more back-to-back v2 batches, from a producer (the log as
 their offsets) or from the leader (a follower keeps the leader's offsets). Only headers
 are read and each batch's CRC-32C checked; the records inside stay opaque (and compressed),
 except in a compacted topic, where a producer's records are decoded to refuse a null key
-(INVALID_RECORD, as Kafka does: the cleaner could not keep such a record).
+(INVALID_RECORD, as Kafka does: the cleaner could not keep such a record). A producer may
+not write control batches (transaction markers come from the coordinator through
+WriteTxnMarkers) nor a transactional batch without a producer id: INVALID_RECORD, as in
+Kafka's ``LogValidator``.
 
 A follower takes the leader's batches as they are in its log, compacted ones included:
 those may hold fewer records than their offset range (see :mod:`pylog.records.filtering`).
@@ -67,7 +70,14 @@ def validate_append(view: memoryview, config: LogConfig, *,
             raise CorruptRecordError(
                 f"batch at position {position}: recordsCount {header.records_count} does "
                 f"not match lastOffsetDelta {header.last_offset_delta} + 1")
-        if config.compact and not header.is_control:
+        if header.is_control:
+            raise InvalidRecordError(
+                f"batch at position {position} is a control batch: clients may not write "
+                "control records")
+        if header.is_transactional and header.producer_id < 0:
+            raise InvalidRecordError(
+                f"batch at position {position} is transactional without a producer id")
+        if config.compact:
             _check_keys(view, position, header)
         batches.append((position, header))
     return batches

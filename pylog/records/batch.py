@@ -68,7 +68,7 @@ class BatchBuilder:
     def __init__(self, *, compression: int = Compression.NONE, base_offset: int = 0,
                  producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
                  partition_leader_epoch: int = -1, is_transactional: bool = False,
-                 log_append_time: bool = False) -> None:
+                 is_control: bool = False, log_append_time: bool = False) -> None:
         self.compression = Compression(compression)
         self.base_offset = base_offset
         self.producer_id = producer_id
@@ -78,6 +78,8 @@ class BatchBuilder:
         self._attributes = int(self.compression)
         if is_transactional:
             self._attributes |= TRANSACTIONAL_BIT
+        if is_control:
+            self._attributes |= CONTROL_BIT
         if log_append_time:
             self._attributes |= TIMESTAMP_TYPE_BIT
         self._records: list[bytes] = []
@@ -129,12 +131,14 @@ class BatchBuilder:
 def build_batch(records: Iterable[Sequence], *, base_offset: int = 0,
                 compression: int = Compression.NONE, producer_id: int = -1,
                 producer_epoch: int = -1, base_sequence: int = -1,
-                partition_leader_epoch: int = -1) -> bytes:
-    """One batch from ``(key, value, headers, timestamp_ms)`` tuples or RecordInputs."""
+                partition_leader_epoch: int = -1, is_transactional: bool = False) -> bytes:
+    """One batch from ``(key, value, headers, timestamp_ms)`` tuples or RecordInputs
+    (``is_transactional``: part of the producer's open transaction)."""
     builder = BatchBuilder(compression=compression, base_offset=base_offset,
                            producer_id=producer_id, producer_epoch=producer_epoch,
                            base_sequence=base_sequence,
-                           partition_leader_epoch=partition_leader_epoch)
+                           partition_leader_epoch=partition_leader_epoch,
+                           is_transactional=is_transactional)
     for key, value, headers, timestamp in records:
         builder.append(key, value, headers or (), timestamp)
     return builder.build()

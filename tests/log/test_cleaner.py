@@ -196,12 +196,7 @@ def test_min_compaction_lag_keeps_recent_segments_dirty(tmp_path, clock):
 def test_control_batches_are_kept(tmp_path, clock):
     log = Log.open(tmp_path / "t-0", compact_config(), clock)
     write(log, [(KEYS[0], b"a")], clock)
-    control = bytearray(build_batch([(b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00", (), clock.ms)],
-                                    producer_id=7, producer_epoch=0))
-    control[21:23] = (0x30).to_bytes(2, "big")  # transactional, control
-    from crc32c import crc32c
-    control[17:21] = crc32c(bytes(control[21:])).to_bytes(4, "big")
-    log.append(bytes(control))
+    log.append_marker(producer_id=7, producer_epoch=0, commit=True, coordinator_epoch=0)
     write(log, [(KEYS[0], b"b")], clock)
     log.roll()
     clean_fully(log, clock.ms)

@@ -199,7 +199,7 @@ def test_a_corrupt_snapshot_is_deleted_and_the_log_scanned_instead(tmp_path: Pat
     snapshot.write_bytes(snapshot.read_bytes()[:-1] + b"\xff")
     with pytest.raises(CorruptSnapshotError):
         decode_snapshot(snapshot.read_bytes())
-    reopened = Log.open(directory, LogConfig())
+    reopened = Log.open(directory, LogConfig(), had_clean_shutdown=True)
     assert not snapshot.exists()
     assert reopened.append(idempotent_batch(4, 0, 0, 3)).record_count == 0
     with pytest.raises(OutOfOrderSequenceNumberError):
