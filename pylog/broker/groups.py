@@ -1,7 +1,8 @@
 """Handlers of the group APIs: request bodies in, the coordinator's answers out.
 
 FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
-OffsetDelete, ListGroups, DescribeGroups and DeleteGroups. Each handler translates one
+OffsetDelete, ListGroups, DescribeGroups and DeleteGroups; TxnOffsetCommit is served
+through ``Dispatcher.serve`` with ``txn_offset_commit``. Each handler translates one
 API's versions into a call on ``GroupCoordinator`` and its answer back into that
 version's response. Answers that must wait (a join until the rebalance completes, a
 commit until the in-sync replicas have it) come back as a ``GroupWork`` that the network
@@ -13,11 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from pylog.coordinator.codes import COORDINATOR_NOT_AVAILABLE, REBALANCE_IN_PROGRESS
+from pylog.coordinator.codes import (
+    COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, REBALANCE_IN_PROGRESS)
 from pylog.coordinator.coordinator import GroupCoordinator
 from pylog.coordinator.group import Pending
 from pylog.coordinator.membership import JoinRequest, join_error, sync_error
-from pylog.coordinator.store import offsets_tp
+from pylog.coordinator.store import TxnProducer, offsets_tp
 from pylog.protocol import ApiKey
 from pylog.types import TopicPartition
 
@@ -194,13 +196,44 @@ class GroupHandlers:
         return self._wait(body["group_id"], [answer], render,
                           dict.fromkeys(offsets, COORDINATOR_NOT_AVAILABLE), timeout)
 
+    def txn_offset_commit(self, version: int, body: dict, session=None):
+        """TxnOffsetCommit v0-4, as a ``Dispatcher.serve`` service."""
+        offsets = {}
+        for topic in body["topics"]:
+            for p in topic["partitions"]:
+                offsets[(topic["name"], p["partition_index"])] = (
+                    p["committed_offset"], p["committed_leader_epoch"], p["committed_metadata"])
+        producer = TxnProducer(body["producer_id"], body["producer_epoch"])
+        answer = self.coordinator.run_locked(lambda: self.coordinator.txn_offsets.commit(
+            body["group_id"], producer, body["generation_id"], body["member_id"],
+            body["group_instance_id"], offsets))
+
+        def render(bodies: list[dict]) -> dict:
+            errors = bodies[0]
+            if version < 2:  # clients before 2.0 do not retry COORDINATOR_LOAD_IN_PROGRESS
+                errors = {k: COORDINATOR_NOT_AVAILABLE if e == COORDINATOR_LOAD_IN_PROGRESS
+                          else e for k, e in errors.items()}
+            return {"throttle_time_ms": 0, "topics": [
+                {"name": topic["name"], "partitions": [
+                    {"partition_index": p["partition_index"],
+                     "error_code": errors[(topic["name"], p["partition_index"])]}
+                    for p in topic["partitions"]]}
+                for topic in body["topics"]]}
+
+        if not isinstance(answer, Pending):
+            return render([answer])
+        timeout = self.coordinator.config["offsets.commit.timeout.ms"] / 1000 + 1
+        return self._wait(body["group_id"], [answer], render,
+                          dict.fromkeys(offsets, COORDINATOR_NOT_AVAILABLE), timeout)
+
     def offset_fetch(self, body: dict, version: int, client_id: str, host: str) -> dict:
+        require_stable = version >= 7 and body["require_stable"]
         if version >= 8:
-            groups = [self._fetch_group(g["group_id"], g["topics"], version)
+            groups = [self._fetch_group(g["group_id"], g["topics"], version, require_stable)
                       for g in body["groups"]]
             return {"throttle_time_ms": 0, "groups": groups}
         topics = body["topics"]  # null (v2+): every partition with a committed offset
-        result = self._fetch_group(body["group_id"], topics, version)
+        result = self._fetch_group(body["group_id"], topics, version, require_stable)
         if version < 2 and result["error_code"]:
             for topic in result["topics"]:
                 for partition in topic["partitions"]:
@@ -208,11 +241,12 @@ class GroupHandlers:
         return {"throttle_time_ms": 0, "topics": result["topics"],
                 "error_code": result["error_code"]}
 
-    def _fetch_group(self, group_id: str, topics, version: int) -> dict:
+    def _fetch_group(self, group_id: str, topics, version: int,
+                     require_stable: bool = False) -> dict:
         wanted = None if topics is None else [(t["name"], list(t["partition_indexes"]))
                                               for t in topics]
         error, found = self.coordinator.run_locked(
-            lambda: self.coordinator.offsets.fetch(group_id, wanted))
+            lambda: self.coordinator.offsets.fetch(group_id, wanted, require_stable))
         if error and wanted is not None:
             found = {(t, p): (None, error) for t, parts in wanted for p in parts}
         by_topic: dict[str, list] = {}

@@ -35,6 +35,7 @@ from pylog.cluster.standalone import StandaloneMetadata
 from pylog.coordinator.coordinator import GroupCoordinator
 from pylog.errors import ConfigError
 from pylog.log import LogManager
+from pylog.protocol import ApiKey
 from pylog.security.credentials import open_broker_store
 from pylog.security.sasl import SaslService
 from pylog.security.authorizer import AclAuthorizer, build_authorizer
@@ -199,8 +200,10 @@ class Broker:
                               connection_timeout_ms=config["zookeeper.connection.timeout.ms"]),
             config["sasl.enabled.mechanisms"].split(","),
             reauth_ms=config["connections.max.reauth.ms"], clock=self.clock)
+        group_handlers = GroupHandlers(self.coordinator, self.clock)
         dispatcher = Dispatcher(AdminHandlers(config, self.metadata, logs), logs, self.clock,
-                                GroupHandlers(self.coordinator, self.clock), sasl=self.sasl)
+                                group_handlers, sasl=self.sasl)
+        dispatcher.serve(ApiKey.TXN_OFFSET_COMMIT, (0, 4), group_handlers.txn_offset_commit)
         self._start_authorizer(dispatcher)
         self._start_metrics(dispatcher, logs)
         budget = self._budget = RequestBudget(config["queued.max.request.bytes"])

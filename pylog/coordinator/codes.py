@@ -23,3 +23,4 @@ MEMBER_ID_REQUIRED = errors.MemberIdRequiredError.errno
 GROUP_MAX_SIZE_REACHED = errors.GroupMaxSizeReachedError.errno
 FENCED_INSTANCE_ID = errors.FencedInstanceIdError.errno
 GROUP_SUBSCRIBED_TO_TOPIC = errors.GroupSubscribedToTopicError.errno
+UNSTABLE_OFFSET_COMMIT = errors.UnstableOffsetCommitError.errno

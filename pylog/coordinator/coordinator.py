@@ -10,8 +10,11 @@ requests answered NOT_COORDINATOR, so clients go to the new leader, which loads 
 same records.
 
 The protocol logic lives in ``membership`` (JoinGroup, SyncGroup, Heartbeat,
-LeaveGroup) and ``offsets`` (OffsetCommit, OffsetFetch, deletion, expiry); this module
-gives them the group table, the lock, the clock and ``persist``. One lock guards all
+LeaveGroup), ``offsets`` (OffsetCommit, OffsetFetch, deletion, expiry) and
+``txn_offsets`` (TxnOffsetCommit and the transaction markers that settle it); this module
+gives them the group table, the lock, the clock and ``persist``. Transaction markers
+written to ``__consumer_offsets`` arrive through ``on_txn_marker`` from the thread that
+wrote them and are applied on the coordinator's thread. One lock guards all
 groups: handlers run on the network threads and hold it for microseconds.
 """
 
@@ -20,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import defaultdict
+from collections import deque
 from typing import Callable
 
 from pylog.broker.config import BrokerConfig
@@ -29,11 +32,11 @@ from pylog.cluster.metadata import NO_LEADER, ClusterMetadata
 from pylog.coordinator.codes import (
     COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR)
 from pylog.coordinator.group import Group, GroupState, Member
-from pylog.coordinator.records import (
-    GroupKey, OffsetKey, decode_group_value, decode_key, decode_offset_value, partition_for)
+from pylog.coordinator.records import partition_for
+from pylog.coordinator.replay import OffsetsReplay
 from pylog.coordinator.store import (
     OFFSETS_TOPIC, AppendTicket, CoordinatorNotAvailableError, NotCoordinatorError,
-    OffsetsTopicStore, offsets_tp)
+    OffsetsTopicStore, TxnProducer, offsets_tp)
 from pylog.errors import KafkaError, TopicAlreadyExistsError
 
 log = logging.getLogger(__name__)
@@ -53,6 +56,7 @@ class GroupCoordinator:
                  wall_ms: Callable[[], int] | None = None) -> None:
         from pylog.coordinator.membership import Membership
         from pylog.coordinator.offsets import OffsetManager
+        from pylog.coordinator.txn_offsets import TxnOffsetManager
 
         self.config = config
         self.metadata = metadata
@@ -67,6 +71,8 @@ class GroupCoordinator:
         self._loading: set[int] = set()
         self._appends: list[tuple[AppendTicket, Callable]] = []
         self._to_wake: set[int] = set()
+        # (partition, producer id, commit, marker offset), from the marker writer's thread
+        self._markers: deque[tuple[int, int, bool, int]] = deque()
         self._stopping = threading.Event()
         self._kick = threading.Event()
         self._thread: threading.Thread | None = None
@@ -75,6 +81,7 @@ class GroupCoordinator:
         self._deleted_topics: set[str] = set()
         self.membership = Membership(self)
         self.offsets = OffsetManager(self)
+        self.txn_offsets = TxnOffsetManager(self)
         metadata.add_listener(self._on_metadata_change)
 
     # -- life cycle ---------------------------------------------------------------------
@@ -103,6 +110,7 @@ class GroupCoordinator:
                 self._follow_leadership()
                 with self.lock:
                     self.drain_appends()
+                    self._apply_markers()
                     if self._deleted_topics:
                         deleted, self._deleted_topics = self._deleted_topics, set()
                         self.offsets.forget_topics(deleted)
@@ -125,6 +133,24 @@ class GroupCoordinator:
             self._known_topics = current
         if self._deleted_topics:
             self._kick.set()
+
+    def on_txn_marker(self, topic: str, partition: int, producer_id: int, commit: bool,
+                      marker_offset: int) -> None:
+        """A COMMIT (``commit``) or ABORT marker of ``producer_id`` was written at
+        ``marker_offset`` and replicated. Any thread may call this; the marker is applied
+        at the coordinator's next round, which it starts at once."""
+        if topic != OFFSETS_TOPIC:
+            return
+        self._markers.append((partition, producer_id, commit, marker_offset))
+        self._kick.set()
+
+    def _apply_markers(self) -> None:
+        """Settle pending transactional offsets (call with the lock held). A partition
+        not loaded here is skipped: whoever loads it reads the marker from the log."""
+        while self._markers:
+            partition, producer_id, commit, marker_offset = self._markers.popleft()
+            if partition in self._loaded:
+                self.txn_offsets.on_marker(partition, producer_id, commit, marker_offset)
 
     # -- the offsets topic and who coordinates what -------------------------------------
 
@@ -210,39 +236,25 @@ class GroupCoordinator:
 
     def _load(self, partition: int, epoch: int) -> None:
         started = self.clock()
-        offsets: dict[str, dict] = defaultdict(dict)
-        values: dict[str, object] = {}
-        count = 0
-        for record in self.store.read_partition(partition):
-            count += 1
-            if record.key is None:
-                continue
-            try:
-                key = decode_key(record.key)
-                if isinstance(key, OffsetKey):
-                    slot = (key.topic, key.partition)
-                    if record.value is None:
-                        offsets[key.group].pop(slot, None)
-                    else:
-                        offsets[key.group][slot] = decode_offset_value(record.value)
-                elif isinstance(key, GroupKey):
-                    values[key.group] = (None if record.value is None
-                                         else decode_group_value(record.value))
-            except KafkaError as error:
-                log.warning("%s offset %d: skipping a record that does not decode: %s",
-                            offsets_tp(partition), record.offset, error)
+        replay = OffsetsReplay(str(offsets_tp(partition)))
+        for header, records in self.store.read_batches(partition):
+            replay.apply(header, records)
         now = self.clock()
         with self.lock:
-            for group_id in set(offsets) | set(values):
-                value = values.get(group_id)
-                if value is None and not offsets.get(group_id):
+            for group_id in replay.group_ids():
+                value = replay.group_values.get(group_id)
+                committed = replay.committed.get(group_id)
+                pending = replay.pending_of(group_id)
+                if value is None and not committed and not pending:
                     continue
                 group = self._restore(group_id, partition, value, now)
-                group.offsets = dict(offsets.get(group_id, {}))
+                group.offsets = dict(committed or {})
+                group.pending_txn_offsets = pending
                 self.groups[group_id] = group
+                self.txn_offsets.index_group(group)
             self._loaded[partition] = epoch
         log.info("loaded %s (leader epoch %d): %d records, %d groups, in %.3f s",
-                 offsets_tp(partition), epoch, count,
+                 offsets_tp(partition), epoch, replay.records,
                  sum(1 for g in self.groups.values() if g.partition == partition),
                  self.clock() - started)
 
@@ -269,6 +281,7 @@ class GroupCoordinator:
         return group
 
     def _unload(self, partition: int) -> None:
+        unloaded = set()
         for group_id, group in list(self.groups.items()):
             if group.partition != partition:
                 continue
@@ -276,6 +289,8 @@ class GroupCoordinator:
                 self.membership.answer_waiting(member, NOT_COORDINATOR)
             group.state = GroupState.DEAD
             del self.groups[group_id]
+            unloaded.add(group_id)
+        self.txn_offsets.forget_partition(partition, unloaded)
         self._loaded.pop(partition, None)
         self._to_wake.add(partition)
         log.info("unloaded the groups of %s", offsets_tp(partition))
@@ -283,15 +298,20 @@ class GroupCoordinator:
     # -- persistence ----------------------------------------------------------------------
 
     def persist(self, partition: int, records: list[tuple[bytes, bytes | None]],
-                on_done: Callable[[int], None]) -> None:
-        """Append records to the group's partition; ``on_done(error_code)`` runs (with the
-        lock held) once the in-sync replicas have them, or with the error."""
+                on_done: Callable[[int], None], *, producer: TxnProducer | None = None,
+                on_appended: Callable[[int], None] | None = None) -> None:
+        """Append records to the group's partition (as ``producer``'s transactional batch
+        if given); ``on_appended(log_offset)`` runs once they are in the leader's log,
+        ``on_done(error_code)`` (with the lock held) once the in-sync replicas have them,
+        or with the error."""
         try:
-            ticket = self.store.append(partition, records, self.wall_ms())
+            ticket = self.store.append(partition, records, self.wall_ms(), producer)
         except KafkaError as error:
             on_done(_coordinator_error(error))
             self._to_wake.add(partition)
             return
+        if on_appended is not None:
+            on_appended(ticket.base_offset)
         self._appends.append((ticket, on_done))
         self.drain_appends()
 

@@ -12,6 +12,10 @@ Requests that must wait (a JoinGroup until the rebalance completes, a SyncGroup 
 the leader's assignment is persisted, an OffsetCommit until the in-sync replicas have
 it) hold a ``Pending`` slot that the coordinator fills; the network layer parks the
 request and retries it when the group's ``__consumer_offsets`` partition is notified.
+
+Offsets a transaction commits (TxnOffsetCommit) wait in ``pending_txn_offsets`` under
+their producer id until the transaction's marker reaches the group's partition: COMMIT
+makes them committed offsets, ABORT drops them.
 """
 
 from __future__ import annotations
@@ -21,6 +25,23 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from pylog.coordinator.records import OffsetValue
+
+
+TopicPartitionKey = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredOffset:
+    """An offset commit and the log offset of the ``__consumer_offsets`` batch that holds
+    it. Of two commits of one partition the one written later wins, even when the earlier
+    one's transaction commits after it: compaction keeps the later record too, so what a
+    reload of the partition finds agrees with what was served (Kafka's rule)."""
+
+    value: OffsetValue
+    log_offset: int
+
+    def supersedes(self, other: "StoredOffset | None") -> bool:
+        return other is None or self.log_offset > other.log_offset
 
 
 class GroupState(enum.Enum):
@@ -88,7 +109,10 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     pending_members: dict[str, float] = field(default_factory=dict)  # member id -> expiry
-    offsets: dict[tuple[str, int], OffsetValue] = field(default_factory=dict)
+    offsets: dict[TopicPartitionKey, StoredOffset] = field(default_factory=dict)
+    # producer id -> the offsets its open transaction wrote, not visible to OffsetFetch
+    pending_txn_offsets: dict[int, dict[TopicPartitionKey, StoredOffset]] = field(
+        default_factory=dict)
     state_timestamp_ms: int = -1  # wall clock of the last state change
     rebalance_deadline: float = 0.0  # clock seconds, while PreparingRebalance
     initial_delay_deadline: float | None = None  # group.initial.rebalance.delay.ms window
@@ -96,6 +120,51 @@ class Group:
     sync_deadline: float = 0.0  # clock seconds, while CompletingRebalance
     syncing: bool = False  # the leader's assignment is being persisted
     pending_commits: int = 0  # offset commits waiting for the in-sync replicas
+
+    def committed(self, key: TopicPartitionKey) -> OffsetValue | None:
+        stored = self.offsets.get(key)
+        return None if stored is None else stored.value
+
+    def commit_offset(self, key: TopicPartitionKey, stored: StoredOffset) -> None:
+        """Make ``stored`` the committed offset unless a later-written one is."""
+        if stored.supersedes(self.offsets.get(key)):
+            self.offsets[key] = stored
+
+    def has_pending_txn_offset(self, key: TopicPartitionKey) -> bool:
+        return any(key in offsets for offsets in self.pending_txn_offsets.values())
+
+    def complete_txn(self, producer_id: int, commit: bool, marker_offset: int) -> int:
+        """Apply a transaction marker at ``marker_offset``: the producer's pending offsets
+        written before it become committed (COMMIT) or are dropped (ABORT). Offsets after
+        the marker belong to the producer's next transaction and stay. Returns how many
+        pending offsets the marker resolved."""
+        pending = self.pending_txn_offsets.get(producer_id)
+        if not pending:
+            return 0
+        done = [key for key, stored in pending.items() if stored.log_offset < marker_offset]
+        for key in done:
+            stored = pending.pop(key)
+            if commit:
+                self.commit_offset(key, stored)
+        if not pending:
+            del self.pending_txn_offsets[producer_id]
+        return len(done)
+
+    def drop_offsets(self, keys, written_before: int | None = None) -> None:
+        """Forget committed and pending offsets of ``keys`` (a tombstone written at log
+        offset ``written_before`` removes only what was written before it)."""
+        for key in keys:
+            stored = self.offsets.get(key)
+            if stored is not None and (written_before is None
+                                       or stored.log_offset < written_before):
+                del self.offsets[key]
+            for producer_id, pending in list(self.pending_txn_offsets.items()):
+                stored = pending.get(key)
+                if stored is not None and (written_before is None
+                                           or stored.log_offset < written_before):
+                    del pending[key]
+                    if not pending:
+                        del self.pending_txn_offsets[producer_id]
 
     def transition(self, state: GroupState, wall_ms: int) -> None:
         self.state = state

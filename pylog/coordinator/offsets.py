@@ -11,6 +11,12 @@ Offsets expire ``offsets.retention.minutes`` after the group became empty (for g
 that use the consumer protocol) or after their commit (for groups that only store
 offsets); expired offsets and deleted groups are written as tombstones, which
 compaction later removes.
+
+Offsets of open transactions (``txn_offsets``) count as Kafka counts them: a partition
+with one does not expire and keeps its group alive until the transaction ends; deleting
+the group or the partition's offsets writes a tombstone that removes them too (a reload
+of the log drops pending offsets written before a tombstone); OffsetFetch with
+``require_stable`` answers UNSTABLE_OFFSET_COMMIT for the partition meanwhile.
 """
 
 from __future__ import annotations
@@ -21,8 +27,8 @@ from pylog.coordinator.codes import (
     COORDINATOR_NOT_AVAILABLE, FENCED_INSTANCE_ID, GROUP_ID_NOT_FOUND,
     GROUP_SUBSCRIBED_TO_TOPIC, ILLEGAL_GENERATION, INVALID_GROUP_ID, NONE, NON_EMPTY_GROUP,
     OFFSET_METADATA_TOO_LARGE, REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID,
-    UNKNOWN_TOPIC_OR_PARTITION)
-from pylog.coordinator.group import Group, GroupState, Pending
+    UNKNOWN_TOPIC_OR_PARTITION, UNSTABLE_OFFSET_COMMIT)
+from pylog.coordinator.group import Group, GroupState, Pending, StoredOffset
 from pylog.coordinator.records import OffsetValue, group_key, offset_key, offset_value
 
 log = logging.getLogger(__name__)
@@ -68,16 +74,19 @@ class OffsetManager:
             return results
         pending = Pending()
         group.pending_commits += 1
+        written_at = []
 
         def stored(error: int) -> None:
             group.pending_commits -= 1
             if error == NONE and group.state is not GroupState.DEAD:
-                group.offsets.update(values)
+                for key, value in values.items():
+                    group.commit_offset(key, StoredOffset(value, written_at[0]))
             results.update(dict.fromkeys(values, error))
             pending.complete(results)
 
         records = [(offset_key(group_id, t, p), offset_value(v)) for (t, p), v in values.items()]
-        self.coordinator.persist(group.partition, records, stored)
+        self.coordinator.persist(group.partition, records, stored,
+                                 on_appended=written_at.append)
         return pending
 
     def _commit_allowed(self, group: Group, generation: int, member_id: str,
@@ -101,20 +110,28 @@ class OffsetManager:
 
     # -- OffsetFetch ------------------------------------------------------------------------
 
-    def fetch(self, group_id: str, wanted: list[tuple[str, list[int]]] | None) \
+    def fetch(self, group_id: str, wanted: list[tuple[str, list[int]]] | None,
+              require_stable: bool = False) \
             -> tuple[int, dict[tuple[str, int], tuple[OffsetValue | None, int]]]:
         """(error, {(topic, partition): (committed value or None, partition error)});
-        ``wanted`` None means every partition with a committed offset."""
+        ``wanted`` None means every partition with a committed offset. With
+        ``require_stable``, a partition with offsets of an open transaction answers
+        UNSTABLE_OFFSET_COMMIT (the client retries) instead of an offset that may be
+        about to change."""
         group, error = self.coordinator.lookup(group_id)
         if error:
             return error, {}
-        committed = {} if group is None else group.offsets
-        if wanted is None:
-            return NONE, {key: (value, NONE) for key, value in sorted(committed.items())}
+        if group is None or group.state is GroupState.DEAD:
+            keys = [] if wanted is None else [(t, p) for t, parts in wanted for p in parts]
+            return NONE, {key: (None, NONE) for key in keys}
+        keys = (sorted(group.offsets) if wanted is None
+                else [(t, p) for t, parts in wanted for p in parts])
         found = {}
-        for topic, partitions in wanted:
-            for partition in partitions:
-                found[(topic, partition)] = (committed.get((topic, partition)), NONE)
+        for key in keys:
+            if require_stable and group.has_pending_txn_offset(key):
+                found[key] = (None, UNSTABLE_OFFSET_COMMIT)
+            else:
+                found[key] = (group.committed(key), NONE)
         return NONE, found
 
     # -- deletion -----------------------------------------------------------------------------
@@ -129,7 +146,7 @@ class OffsetManager:
             return NON_EMPTY_GROUP
         pending = Pending()
         group.transition(GroupState.DEAD, self.coordinator.wall_ms())
-        records = [(offset_key(group_id, t, p), None) for t, p in group.offsets]
+        records = [(offset_key(group_id, t, p), None) for t, p in _stored_keys(group)]
         records.append((group_key(group_id), None))
 
         def stored(error: int) -> None:
@@ -156,50 +173,55 @@ class OffsetManager:
             return NON_EMPTY_GROUP, {}
         results = {}
         doomed = []
+        stored_keys = _stored_keys(group)
         for topic, partition in partitions:
             if topic in subscribed:
                 results[(topic, partition)] = GROUP_SUBSCRIBED_TO_TOPIC
             else:
                 results[(topic, partition)] = NONE
-                if (topic, partition) in group.offsets:
+                if (topic, partition) in stored_keys:
                     doomed.append((topic, partition))
         if not doomed:
             return NONE, results
         pending = Pending()
+        written_at = []
 
         def stored(error: int) -> None:
             if error == NONE:
-                for key in doomed:
-                    group.offsets.pop(key, None)
+                group.drop_offsets(doomed, written_before=written_at[0])
                 pending.complete({"error_code": NONE, "results": results})
             else:
                 pending.complete({"error_code": error, "results": {}})
 
         self.coordinator.persist(group.partition,
-                                 [(offset_key(group_id, t, p), None) for t, p in doomed], stored)
+                                 [(offset_key(group_id, t, p), None) for t, p in doomed], stored,
+                                 on_appended=written_at.append)
         return pending
 
     def expire(self, now_ms: int) -> None:
-        """Write tombstones for offsets past retention; drop groups left with nothing."""
+        """Write tombstones for offsets past retention; drop groups left with nothing.
+        An offset with a transaction's offset pending does not expire, and a group with
+        an open transaction stays (Kafka)."""
         for group in self.coordinator.owned_groups():
             if group.state is not GroupState.EMPTY:
                 continue
             if not (group.offsets or group.protocol_type or group.pending_members
-                    or group.pending_commits):
+                    or group.pending_commits or group.pending_txn_offsets):
                 del self.coordinator.groups[group.group_id]  # nothing was ever stored
                 continue
             if group.protocol_type:  # a consumer group: retention counts from emptiness
                 expired = (list(group.offsets)
                            if now_ms >= group.state_timestamp_ms + self.retention_ms else [])
             else:
-                expired = [key for key, value in group.offsets.items()
-                           if now_ms >= value.commit_timestamp + self.retention_ms]
+                expired = [key for key, stored in group.offsets.items()
+                           if now_ms >= stored.value.commit_timestamp + self.retention_ms]
+            expired = [key for key in expired if not group.has_pending_txn_offset(key)]
             if not expired:
                 continue
             for key in expired:
                 del group.offsets[key]
             records = [(offset_key(group.group_id, t, p), None) for t, p in expired]
-            if not group.offsets:
+            if not group.offsets and not group.pending_txn_offsets:
                 records.append((group_key(group.group_id), None))
                 group.transition(GroupState.DEAD, now_ms)
                 del self.coordinator.groups[group.group_id]
@@ -209,11 +231,10 @@ class OffsetManager:
     def forget_topics(self, topics: set[str]) -> None:
         """Tombstones for every committed offset of ``topics`` (deleted topics)."""
         for group in self.coordinator.owned_groups():
-            gone = [key for key in group.offsets if key[0] in topics]
+            gone = [key for key in _stored_keys(group) if key[0] in topics]
             if not gone:
                 continue
-            for key in gone:
-                del group.offsets[key]
+            group.drop_offsets(gone)
             log.info("group %s: dropped the offsets of %d partitions of deleted topics",
                      group.group_id, len(gone))
             self.coordinator.persist(group.partition, [
@@ -244,3 +265,12 @@ class OffsetManager:
             "member_assignment": m.assignment if stable else b""}
             for m in group.members.values()]
         return body
+
+
+def _stored_keys(group: Group) -> set[tuple[str, int]]:
+    """Partitions with a committed offset or an open transaction's offset: what a
+    tombstone must cover to remove them all."""
+    keys = set(group.offsets)
+    for pending in group.pending_txn_offsets.values():
+        keys |= pending.keys()
+    return keys

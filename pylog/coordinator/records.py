@@ -18,6 +18,10 @@ is what log compaction keeps until ``delete.retention.ms``::
                                     rebalance_timeout int32 (v1+), session_timeout int32,
                                     subscription bytes, assignment bytes]
 
+Transaction markers are control batches whose one record's key says which::
+
+    control record key (v0)         version int16, type int16 (0 ABORT, 1 COMMIT)
+
 pylog writes offset values v3 and group values v3 (Kafka 2.3 and later read both) and
 reads every version. Pure code over bytes: no files, no clocks.
 """
@@ -194,6 +198,19 @@ def decode_group_value(buf: bytes) -> GroupValue:
         bytes(m["assignment"])) for m in value["members"])
     return GroupValue(value["protocol_type"], value["generation"], value["protocol"],
                       value["leader"], value["current_state_timestamp"], members)
+
+
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+_CONTROL_KEY = struct.Struct(">hh")
+
+
+def decode_control_type(key: bytes | None) -> int:
+    """The type of a control record (CONTROL_ABORT, CONTROL_COMMIT, or another kind)."""
+    if key is None or len(key) < _CONTROL_KEY.size:
+        raise CorruptMessageError(f"control record key of {0 if key is None else len(key)} "
+                                  "bytes: expected version and type")
+    return _CONTROL_KEY.unpack_from(key)[1]
 
 
 def java_string_hash(text: str) -> int:

@@ -6,6 +6,11 @@ partition's high watermark passes it while this broker still leads in the same l
 epoch (``AppendTicket.outcome``). Standalone, the broker is the whole ISR and an append is
 done at once. Failures map to what a group client understands: a lost leadership is
 NOT_COORDINATOR, a short ISR COORDINATOR_NOT_AVAILABLE, a slow ISR REQUEST_TIMED_OUT.
+
+Offsets a transaction commits are appended as a transactional batch carrying the
+producer's id and epoch, so the transaction's COMMIT or ABORT marker (a control batch
+written later by the transaction coordinator) settles them; ``read_batches`` hands the
+loader every batch, control batches included, with its header.
 """
 
 from __future__ import annotations
@@ -20,9 +25,10 @@ from pylog.broker.replica import Role
 from pylog.cluster.metadata import ClusterMetadata
 from pylog.errors import (
     KafkaError, NotEnoughReplicasError, NotLeaderOrFollowerError, RequestTimedOutError,
-    UnknownTopicOrPartitionError)
-from pylog.records.batch import build_batch, iter_records, next_offset_after
+    UnknownServerError, UnknownTopicOrPartitionError)
+from pylog.records.batch import BatchBuilder, decode_batch, iter_batches, next_offset_after
 from pylog.records.compression import Compression
+from pylog.records.header import BatchHeader
 from pylog.records.record import Record
 from pylog.types import TopicPartition
 
@@ -38,6 +44,14 @@ def offsets_tp(partition: int) -> TopicPartition:
     return TopicPartition(OFFSETS_TOPIC, partition)
 
 
+@dataclass(frozen=True, slots=True)
+class TxnProducer:
+    """The producer whose transaction an append belongs to."""
+
+    producer_id: int
+    producer_epoch: int
+
+
 @dataclass
 class AppendTicket:
     """An append to ``__consumer_offsets`` waiting to count (see ``outcome``)."""
@@ -47,6 +61,7 @@ class AppendTicket:
     leader_epoch: int
     required_offset: int
     deadline: float
+    base_offset: int = -1  # the log offset of the appended batch
 
     def outcome(self, now: float) -> KafkaError | None | bool:
         """False while waiting; None once replicated; else the error to answer with."""
@@ -102,30 +117,45 @@ class OffsetsTopicStore:
         return led
 
     def append(self, partition: int, records: list[tuple[bytes, bytes | None]],
-               timestamp_ms: int) -> AppendTicket:
-        """Append keyed records (None values are tombstones) as leader.
+               timestamp_ms: int, producer: TxnProducer | None = None) -> AppendTicket:
+        """Append keyed records (None values are tombstones) as leader, as one batch;
+        with ``producer``, a transactional batch of that producer.
 
         Raises NotCoordinatorError when this broker does not lead the partition and
-        CoordinatorNotAvailableError when its ISR is below ``min.insync.replicas``.
+        CoordinatorNotAvailableError when its ISR is below ``min.insync.replicas``; the
+        log's own errors (a fenced producer epoch) pass through.
         """
-        batch = build_batch([(key, value, (), timestamp_ms) for key, value in records],
-                            compression=Compression.NONE)
+        builder = (BatchBuilder(compression=Compression.NONE) if producer is None else
+                   BatchBuilder(compression=Compression.NONE, is_transactional=True,
+                                producer_id=producer.producer_id,
+                                producer_epoch=producer.producer_epoch))
+        for key, value in records:
+            builder.append(key, value, (), timestamp_ms)
+        batch = builder.build()
         tp = offsets_tp(partition)
         try:
             if self.logs.replicas is None:
                 info = self.logs.leader_log(OFFSETS_TOPIC, partition).append(batch)
-                return AppendTicket(partition, None, 0, info.last_offset + 1, 0.0)
-            info, replica, epoch = self.logs.replicas.append_as_leader(tp, batch, -1)
+                replica, epoch, deadline = None, 0, 0.0
+            else:
+                info, replica, epoch = self.logs.replicas.append_as_leader(tp, batch, -1)
+                deadline = self.clock() + self.commit_timeout_s
         except (NotLeaderOrFollowerError, UnknownTopicOrPartitionError) as error:
             raise NotCoordinatorError(str(error)) from None
         except NotEnoughReplicasError as error:
             raise CoordinatorNotAvailableError(str(error)) from None
-        return AppendTicket(partition, replica, epoch, info.last_offset + 1,
-                            self.clock() + self.commit_timeout_s)
+        if producer is not None and info.record_count != len(records):
+            # The log answered with an earlier batch of the producer as a duplicate:
+            # these records were not written, so they must not count as stored.
+            raise UnknownServerError(f"{tp}: the log did not write the coordinator's batch "
+                                     f"of producer {producer} (taken for a duplicate)")
+        return AppendTicket(partition, replica, epoch, info.last_offset + 1, deadline,
+                            info.first_offset)
 
-    def read_partition(self, partition: int) -> Iterator[Record]:
-        """Every record of a partition this broker leads, up to its log end (a new leader
-        keeps what it has, so what it loads is what it will serve)."""
+    def read_batches(self, partition: int) -> Iterator[tuple[BatchHeader, list[Record]]]:
+        """Every batch of a partition this broker leads, control batches included, with
+        its records, up to its log end (a new leader keeps what it has, so what it loads
+        is what it will serve)."""
         partition_log = self.logs.replica_log(OFFSETS_TOPIC, partition)
         offset = partition_log.log_start_offset
         while offset < partition_log.log_end_offset:
@@ -137,5 +167,6 @@ class OffsetsTopicStore:
             following = next_offset_after(buf)
             if following is None or following <= offset:
                 return
-            yield from iter_records(buf)
+            for position, header in iter_batches(buf, skip_control=False):
+                yield header, decode_batch(buf, position).records
             offset = following
