@@ -25,6 +25,7 @@ The checks (resource: operation), per API:
   CreatePartitions -- Topic Alter.
 * DescribeConfigs / AlterConfigs / IncrementalAlterConfigs -- DescribeConfigs /
   AlterConfigs on the topic, or on the cluster for broker resources.
+* WriteTxnMarkers -- Cluster ClusterAction (brokers only).
 * InitProducerId -- TransactionalId Write; without one Cluster IdempotentWrite or Write
   on any topic (KIP-679).
 * DescribeAcls, DescribeUserScramCredentials -- Cluster Describe; CreateAcls, DeleteAcls,
@@ -115,6 +116,7 @@ class RequestAuthorization:
             ApiKey.ALTER_CONFIGS: self._alter_configs,
             ApiKey.INCREMENTAL_ALTER_CONFIGS: self._alter_configs,
             ApiKey.INIT_PRODUCER_ID: self._init_producer_id,
+            ApiKey.WRITE_TXN_MARKERS: self._write_txn_markers,
             ApiKey.DESCRIBE_ACLS: self._describe_acls, ApiKey.CREATE_ACLS: self._create_acls,
             ApiKey.DELETE_ACLS: self._delete_acls,
             ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self._describe_scram,
@@ -127,6 +129,15 @@ class RequestAuthorization:
         if check is None:  # ApiVersions and the SASL exchange need no permission
             return Verdict(body)
         return check(body, version, Access(self.authorizer, session))
+
+    def _write_txn_markers(self, body: dict, version: int, access: Access) -> Verdict:
+        if access.cluster(Op.CLUSTER_ACTION):
+            return Verdict(body)
+        return Verdict(response={"markers": [{"producer_id": m["producer_id"], "topics": [
+            {"name": t["name"], "partitions": [
+                {"partition_index": i, "error_code": CLUSTER_AUTHORIZATION_FAILED}
+                for i in t["partition_indexes"]]} for t in m["topics"]]}
+            for m in body["markers"]]})
 
     # -- partition data ------------------------------------------------------------------
 

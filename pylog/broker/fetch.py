@@ -13,12 +13,22 @@ to the log end rather than the high watermark. A broker that is not one of the
 partition's replicas gets NOT_LEADER_OR_FOLLOWER for it. ``current_leader_epoch`` is
 fenced: FENCED_LEADER_EPOCH when older than the leader's, UNKNOWN_LEADER_EPOCH when newer.
 
+Isolation: every partition reports ``last_stable_offset`` (the high watermark capped by
+the oldest open or unreplicated transaction, :attr:`pylog.log.Log.last_stable_offset`).
+A read_committed Fetch (``isolation_level`` 1) returns nothing at or above it, and the
+aborted transactions (producer id, first offset) overlapping the records it returns, an
+empty list if none, as Kafka does (null for read_uncommitted); the consumer drops those
+producers' records up to their ABORT markers. A parked read_committed Fetch wakes as any
+other: the last stable offset only moves with an append (a marker) or the high
+watermark, and both wake it. Followers fetch read_uncommitted, up to the log end.
+
 A Fetch or ListOffsets with ``replica_id`` -2 (Kafka's debugging consumer, which replica
 verification uses) is served by any replica of the partition, up to its log end.
 
-ListOffsets: -2 is the log start, -1 the high watermark (the log end for a follower),
-anything else a timestamp looked up through the time index and refined to the first
-record at or after it.
+ListOffsets: -2 is the log start, -1 the high watermark (the last stable offset with
+``isolation_level`` 1, the log end for a follower), anything else a timestamp looked up
+through the time index and refined to the first record at or after it (with
+``isolation_level`` 1, none at or above the last stable offset).
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ log = logging.getLogger(__name__)
 
 LATEST = -1
 EARLIEST = -2
+READ_COMMITTED = 1
 DEBUGGING_REPLICA_ID = -2
 MIN_FETCH_VERSION = 4
 
@@ -54,6 +65,7 @@ class FetchWork:
         self.partitions = [TopicPartition(t["topic"], p["partition"])
                            for t in self.body["topics"] for p in t["partitions"]]
         self.replica_id = self.body.get("replica_id", -1)
+        self.read_committed = self.body.get("isolation_level", 0) == READ_COMMITTED
         if self.replica_id >= 0 and self.logs.replicas is not None:
             self._record_follower_positions()
 
@@ -124,15 +136,24 @@ class FetchWork:
                 partition_log = self.logs.leader_log(topic, p["partition"],
                                                      p.get("current_leader_epoch", -1))
             budget = min(p["partition_max_bytes"], remaining)
+            to_log_end = self.from_follower or self.debugging
+            committed = self.read_committed and not to_log_end
             if budget > 0:
-                read = partition_log.read(p["fetch_offset"], budget,
-                                          up_to_log_end=self.from_follower or self.debugging)
-                hw, start = read.high_watermark, read.log_start_offset
+                read = partition_log.read(p["fetch_offset"], budget, up_to_log_end=to_log_end,
+                                          committed=committed)
+                hw, stable, start = read.high_watermark, read.last_stable_offset, read.log_start_offset
                 if read.region is not None:
                     result["records"] = read.region
+                if read.aborted_transactions is not None:
+                    result["aborted_transactions"] = [
+                        {"producer_id": t.producer_id, "first_offset": t.first_offset}
+                        for t in read.aborted_transactions]
             else:  # the request's byte budget is spent: report positions only
                 hw, start = partition_log.high_watermark, partition_log.log_start_offset
-            result.update(high_watermark=hw, last_stable_offset=hw, log_start_offset=start)
+                stable = partition_log.last_stable_offset
+                if committed:
+                    result["aborted_transactions"] = []
+            result.update(high_watermark=hw, last_stable_offset=stable, log_start_offset=start)
         except KafkaError as error:
             result["error_code"] = error.errno
         return result
@@ -175,6 +196,8 @@ def handle_list_offsets(body: dict, version: int, logs: PartitionLogs) -> dict:
                 if (replica_id >= 0 or replica_id == DEBUGGING_REPLICA_ID) \
                         and p["timestamp"] == LATEST:
                     offset, timestamp = partition_log.log_end_offset, -1
+                elif body.get("isolation_level", 0) == READ_COMMITTED:
+                    offset, timestamp = _lookup_committed(partition_log, p["timestamp"])
                 else:
                     offset, timestamp = _lookup(partition_log, p["timestamp"])
                 result.update(offset=offset, timestamp=timestamp,
@@ -196,6 +219,16 @@ def _lookup(partition_log, timestamp: int) -> tuple[int, int]:
     if found is None:
         return -1, -1
     return _first_record_at_or_after(partition_log, found[0], timestamp, found[1])
+
+
+def _lookup_committed(partition_log, timestamp: int) -> tuple[int, int]:
+    """As :func:`_lookup`, for isolation read_committed: the latest offset is the last
+    stable offset, and a timestamp found at or above it is not found."""
+    stable = partition_log.last_stable_offset
+    if timestamp == LATEST:
+        return stable, -1
+    offset, found = _lookup(partition_log, timestamp)
+    return (offset, found) if offset < stable or timestamp == EARLIEST else (-1, -1)
 
 
 def _first_record_at_or_after(partition_log, batch_offset: int, timestamp: int,

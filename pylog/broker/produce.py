@@ -15,6 +15,12 @@ appended: then OK, or NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below t
 minimum meanwhile; NOT_LEADER_OR_FOLLOWER if leadership moved to a new epoch (the append
 may be truncated away by the new leader); REQUEST_TIMED_OUT after the request's timeout.
 Standalone, acks=-1 is acks=1: the broker is the whole ISR.
+
+Transactions: a control batch from a client is INVALID_RECORD (only WriteTxnMarkers
+writes markers), and so is a transactional batch without a producer id; transactional
+batches in a request without a ``transactional_id`` get
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka answers them. A producer fenced by a newer
+epoch (a transaction the coordinator aborted) gets INVALID_PRODUCER_EPOCH.
 """
 
 from __future__ import annotations
@@ -44,9 +50,10 @@ def _partition_result(index: int, error: KafkaError | None = None, base_offset: 
 
 
 @dataclass
-class _Pending:
+class PendingAppend:
     """An acks=all append waiting for the ISR: done when the high watermark reaches
-    ``required_offset`` while the replica still leads in ``leader_epoch``."""
+    ``required_offset`` while the replica still leads in ``leader_epoch`` (shared with
+    the transaction markers of :mod:`pylog.broker.txn_markers`)."""
 
     result: dict
     replica: object
@@ -60,7 +67,7 @@ class ProduceWork:
     the response body."""
 
     response: dict
-    pending: dict[TopicPartition, _Pending]
+    pending: dict[TopicPartition, PendingAppend]
     deadline: float  # clock seconds
     partitions: list[TopicPartition] = field(default_factory=list)
 
@@ -69,7 +76,7 @@ class ProduceWork:
 
     def attempt(self, final: bool) -> dict | None:
         for tp, waiting in list(self.pending.items()):
-            error = _still_waiting(waiting, final)
+            error = still_waiting(waiting, final)
             if error is False:
                 continue
             if error is not None:
@@ -78,7 +85,7 @@ class ProduceWork:
         return None if self.pending else self.response
 
 
-def _still_waiting(waiting: _Pending, final: bool):
+def still_waiting(waiting: PendingAppend, final: bool):
     """False while waiting; else None (done) or the error to answer with.
 
     Only a new leader epoch (or this broker following someone) fails the wait: while the
@@ -108,11 +115,12 @@ def handle_produce(body: dict, version: int, logs: PartitionLogs,
                    now: float = 0.0) -> dict | ProduceWork | None:
     """The response body, None for acks=0, or a ProduceWork for acks=all to wait on."""
     acks = body["acks"]
+    transactional = body.get("transactional_id") is not None
     topics_out = []
-    pending: dict[TopicPartition, _Pending] = {}
+    pending: dict[TopicPartition, PendingAppend] = {}
     for topic_data in body["topic_data"]:
         name = topic_data["name"]
-        results = [_produce_partition(name, p, version, acks, logs, pending)
+        results = [_produce_partition(name, p, version, acks, logs, pending, transactional)
                    for p in topic_data["partition_data"]]
         topics_out.append({"name": name, "partition_responses": results})
     if acks == 0:
@@ -125,7 +133,7 @@ def handle_produce(body: dict, version: int, logs: PartitionLogs,
 
 
 def _produce_partition(topic: str, partition_data: dict, version: int, acks: int,
-                       logs: PartitionLogs, pending: dict) -> dict:
+                       logs: PartitionLogs, pending: dict, transactional: bool) -> dict:
     index = partition_data["index"]
     try:
         if version < MIN_SERVED_VERSION:
@@ -140,15 +148,16 @@ def _produce_partition(topic: str, partition_data: dict, version: int, acks: int
         if records is None:
             raise CorruptMessageError("the records of a produce request may not be null")
         if logs.replicas is None:
-            info = logs.leader_log(topic, index).append(records)
+            info = logs.leader_log(topic, index).append(records, allow_transactional=transactional)
             return _partition_result(index, base_offset=info.first_offset,
                                      log_start_offset=info.log_start_offset)
         tp = TopicPartition(topic, index)
-        info, replica, epoch = logs.replicas.append_as_leader(tp, records, acks)
+        info, replica, epoch = logs.replicas.append_as_leader(tp, records, acks,
+                                                              allow_transactional=transactional)
         result = _partition_result(index, base_offset=info.first_offset,
                                    log_start_offset=info.log_start_offset)
         if acks == -1:
-            pending[tp] = _Pending(result, replica, epoch, info.last_offset + 1)
+            pending[tp] = PendingAppend(result, replica, epoch, info.last_offset + 1)
         return result
     except KafkaError as error:
         log.debug("produce to %s-%d refused: %s", topic, index, error)

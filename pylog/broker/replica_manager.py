@@ -331,8 +331,9 @@ class ReplicaManager:
             raise UnknownTopicOrPartitionError(f"{tp} does not exist")
         raise NotLeaderOrFollowerError(f"broker {self.local_id} holds no replica of {tp}")
 
-    def append_as_leader(self, tp: TopicPartition, records,
-                         acks: int) -> tuple[AppendInfo, PartitionReplica, int]:
+    def append_as_leader(self, tp: TopicPartition, records, acks: int, *,
+                         allow_transactional: bool = True
+                         ) -> tuple[AppendInfo, PartitionReplica, int]:
         """Append a produce request's batches as leader, stamping the leader epoch; returns
         what was appended, the replica and the epoch it was appended in.
 
@@ -350,7 +351,29 @@ class ReplicaManager:
                         f"{tp}: the ISR {list(replica.isr)} is smaller than "
                         f"min.insync.replicas={min_isr}")
             epoch = replica.leader_epoch
-            info = replica.log.append(records, leader_epoch=epoch)
+            info = replica.log.append(records, leader_epoch=epoch,
+                                      allow_transactional=allow_transactional)
+            replica.maybe_advance_high_watermark()
+        return info, replica, epoch
+
+    def append_marker_as_leader(self, tp: TopicPartition, producer_id: int, producer_epoch: int,
+                                commit: bool, coordinator_epoch: int
+                                ) -> tuple[AppendInfo, PartitionReplica, int]:
+        """Write a transaction marker as leader (see :meth:`Log.append_marker`), as an
+        acks=all append: NotEnoughReplicasError while the ISR is below the topic's
+        ``min.insync.replicas``. Returns what was appended, the replica and its epoch."""
+        replica = self.leader_replica(tp)
+        with replica.lock:
+            if replica.role is not Role.LEADER:
+                raise NotLeaderOrFollowerError(f"broker {self.local_id} does not lead {tp}")
+            min_isr = replica.log.config.min_insync_replicas
+            if len(replica.isr) < min_isr:
+                raise NotEnoughReplicasError(
+                    f"{tp}: the ISR {list(replica.isr)} is smaller than "
+                    f"min.insync.replicas={min_isr}")
+            epoch = replica.leader_epoch
+            info = replica.log.append_marker(producer_id, producer_epoch, commit,
+                                             coordinator_epoch, leader_epoch=epoch)
             replica.maybe_advance_high_watermark()
         return info, replica, epoch
 

@@ -29,6 +29,8 @@ from pylog.broker.meta import ensure_meta
 from pylog.broker.network import Acceptor, ListenerSpec, Processor
 from pylog.broker.partitions import AppendWaiters, PartitionLogs
 from pylog.broker.replica_manager import ReplicaManager
+from pylog.broker import txn_markers
+from pylog.broker.txn_markers import TxnMarkerService
 from pylog.client.security import SecurityConfig
 from pylog.cluster.metadata import ClusterMetadata
 from pylog.cluster.standalone import StandaloneMetadata
@@ -75,6 +77,10 @@ class Broker:
     ``clock`` (monotonic seconds, for timeouts) and ``wall_ms`` (epoch milliseconds, for
     commit timestamps and offset retention) can be injected.
 
+    ``txn_markers`` (a TxnMarkerService) serves WriteTxnMarkers; register
+    ``callback(topic, partition, producer_id, commit, marker_offset)`` with
+    ``broker.txn_markers.add_marker_listener`` to hear of each marker once replicated.
+
     Raises ConfigError (also when a listener's port is taken or its TLS files cannot be
     loaded) or KafkaStorageError (log dir locked by another broker) from ``start``.
     """
@@ -93,6 +99,7 @@ class Broker:
         self.metrics = None  # pylog.broker.metrics.BrokerMetrics when metrics.listener is set
         self._metrics_server = None
         self._budget: RequestBudget | None = None
+        self.txn_markers: TxnMarkerService | None = None  # WriteTxnMarkers; marker listeners
         self._servers: list[tuple[ListenerSpec, socket.socket]] = []
         self._processors: list[Processor] = []
         self._acceptors: list[Acceptor] = []
@@ -207,6 +214,8 @@ class Broker:
         self._start_authorizer(dispatcher)
         self._start_metrics(dispatcher, logs)
         budget = self._budget = RequestBudget(config["queued.max.request.bytes"])
+        self.txn_markers = TxnMarkerService(logs, self.clock)
+        dispatcher.serve(txn_markers.API_KEY, txn_markers.VERSIONS, self.txn_markers.handle)
         self._processors = [
             Processor(i, dispatcher, config["socket.request.max.bytes"], waiters.add,
                       waiters.remove, self.clock, budget, config["connections.max.idle.ms"])
