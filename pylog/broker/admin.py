@@ -1,4 +1,5 @@
-"""Metadata, CreateTopics, DeleteTopics, CreatePartitions and InitProducerId.
+"""Metadata, CreateTopics, DeleteTopics and CreatePartitions (InitProducerId is served
+by the transaction coordinator, :mod:`pylog.transactions`).
 
 Cluster state comes only from ``ClusterMetadata`` (standalone or ZooKeeper). Metadata
 auto-creates requested topics when ``auto.create.topics.enable`` is on and the client
@@ -14,7 +15,6 @@ from pylog.broker.configs import ConfigHandlers
 from pylog.broker.partitions import PartitionLogs
 from pylog.cluster.metadata import NO_LEADER, ClusterMetadata
 from pylog.cluster.placement import INTERNAL_TOPICS, check_partition_growth, validate_topic_name
-from pylog.cluster.producer_ids import ProducerIdManager
 from pylog.errors import (
     ConfigError, CoordinatorNotAvailableError, InvalidConfigError, InvalidPartitionsError, InvalidReplicaAssignmentError,
     InvalidTopicError, KafkaError, LeaderNotAvailableError, ListenerNotFoundError,
@@ -47,7 +47,6 @@ class AdminHandlers:
         self.metadata = metadata
         self.logs = logs
         self.configs = ConfigHandlers(config, metadata, logs.default_config)
-        self._producer_ids = ProducerIdManager(metadata.allocate_producer_id_block)
 
     # -- Metadata -----------------------------------------------------------------------
 
@@ -208,20 +207,3 @@ class AdminHandlers:
                 result.update(error_code=error.errno, error_message=str(error))
             results.append(result)
         return {"throttle_time_ms": 0, "responses": results}
-
-    # -- producers and groups -------------------------------------------------------------
-
-    def init_producer_id(self, body: dict, version: int) -> dict:
-        """An idempotent producer's id (unique in the cluster, from a block of
-        :mod:`pylog.cluster.producer_ids`) and epoch 0. Transactional ids are refused."""
-        if body["transactional_id"] is not None:
-            return {"throttle_time_ms": 0, "error_code": COORDINATOR_NOT_AVAILABLE,
-                    "producer_id": -1, "producer_epoch": -1}
-        try:
-            producer_id = self._producer_ids.next_id()
-        except KafkaError as error:
-            log.warning("no producer id: %s", error)
-            return {"throttle_time_ms": 0, "error_code": error.errno,
-                    "producer_id": -1, "producer_epoch": -1}
-        return {"throttle_time_ms": 0, "error_code": 0, "producer_id": producer_id,
-                "producer_epoch": 0}

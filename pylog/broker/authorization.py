@@ -21,6 +21,7 @@ The checks (resource: operation), per API:
 * Metadata -- Topic Describe (all topics: the others are left out; named ones:
   TOPIC_AUTHORIZATION_FAILED); auto-creation needs Cluster Create or Topic Create.
 * Group APIs -- in :mod:`pylog.broker.authorization_groups`.
+* Transaction APIs -- in :mod:`pylog.transactions.authorization`.
 * CreateTopics -- Cluster Create or Topic Create. DeleteTopics -- Topic Delete.
   CreatePartitions -- Topic Alter.
 * DescribeConfigs / AlterConfigs / IncrementalAlterConfigs -- DescribeConfigs /
@@ -102,6 +103,7 @@ class RequestAuthorization:
     def __init__(self, authorizer: AclAuthorizer, metadata: ClusterMetadata,
                  config: BrokerConfig) -> None:
         from pylog.broker.authorization_groups import GROUP_CHECKS
+        from pylog.transactions.authorization import TRANSACTION_CHECKS
 
         self.authorizer = authorizer
         self.metadata = metadata
@@ -122,6 +124,7 @@ class RequestAuthorization:
             ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self._describe_scram,
             ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self._alter_scram,
             **GROUP_CHECKS,
+            **TRANSACTION_CHECKS,
         }
 
     def check(self, api_key: int, version: int, body: dict, session) -> Verdict:

@@ -181,6 +181,22 @@ _SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
         _int, 3000, "wait this long (up to the rebalance timeout) for more members to join "
                     "an empty group"),
     "group.max.size": (_int, 2147483647, "most members a group may have"),
+    "transaction.state.log.num.partitions": (_int, 50, "partitions of __transaction_state"),
+    "transaction.state.log.replication.factor": (
+        _int, 3, "replication factor of __transaction_state (capped at the live brokers)"),
+    "transaction.state.log.min.isr": (_int, 2, "min.insync.replicas of __transaction_state"),
+    "transaction.state.log.segment.bytes": (_int, 100 * 1024 * 1024,
+                                            "segment size of __transaction_state"),
+    "transaction.state.log.load.buffer.size": (
+        _int, 5 * 1024 * 1024, "bytes read at a time when loading transactional ids"),
+    "transaction.max.timeout.ms": (_int, 900000,
+                                   "longest transaction.timeout.ms a producer may ask for"),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
+        _int, 10000, "how often transactions past their timeout are aborted"),
+    "transactional.id.expiration.ms": (
+        _int, 7 * 24 * HOUR_MS, "forget a transactional id with no transaction for this long"),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (
+        _int, HOUR_MS, "how often expired transactional ids are removed"),
     "zookeeper.connect": (_str, None, "host:port[,host:port][/chroot]; set for cluster mode"),
     "zookeeper.session.timeout.ms": (_int, 18000, "ZooKeeper session timeout"),
     "zookeeper.connection.timeout.ms": (_int, 18000, "wait this long for the first connection"),
@@ -279,7 +295,10 @@ class BrokerConfig:
                     "replica.fetch.wait.max.ms", "replica.fetch.max.bytes",
                     "replica.fetch.response.max.bytes", "replica.fetch.backoff.ms",
                     "leader.imbalance.check.interval.seconds",
-                    "replica.high.watermark.checkpoint.interval.ms"):
+                    "replica.high.watermark.checkpoint.interval.ms",
+                    "transaction.state.log.num.partitions", "transaction.max.timeout.ms",
+                    "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+                    "transactional.id.expiration.ms"):
             if self[key] < 1:
                 raise ConfigError(key, f"must be at least 1, got {self[key]}")
         if self["num.partitions"] > self["max.partitions.per.topic"]:

@@ -24,6 +24,7 @@ from pylog.protocol import ApiKey
 from pylog.types import TopicPartition
 
 GROUP_KEY = 0
+TRANSACTION_KEY = 1
 # Slack beyond a member's rebalance timeout before a parked JoinGroup gives up: the
 # coordinator's own timers answer it first.
 JOIN_SLACK_S = 5.0
@@ -54,9 +55,11 @@ class GroupWork:
 class GroupHandlers:
     """Group API handlers over one ``GroupCoordinator``."""
 
-    def __init__(self, coordinator: GroupCoordinator, clock: Callable[[], float]) -> None:
+    def __init__(self, coordinator: GroupCoordinator, clock: Callable[[], float],
+                 transactions=None) -> None:
         self.coordinator = coordinator
         self.clock = clock
+        self.transactions = transactions  # a TransactionCoordinator: FindCoordinator type 1
 
     def handle(self, api_key: int, version: int, body: dict, client_id: str | None,
                client_host: str, listener: str | None = None):
@@ -90,12 +93,17 @@ class GroupHandlers:
     def _find_one(self, key: str, key_type: int, listener: str | None = None) -> dict:
         result = {"key": key, "node_id": -1, "host": "", "port": -1,
                   "error_code": COORDINATOR_NOT_AVAILABLE, "error_message": None}
-        if key_type != GROUP_KEY:
-            result["error_message"] = "transaction coordinators are not served"
+        if key_type == TRANSACTION_KEY and self.transactions is not None:
+            broker = self.transactions.coordinator_of(key)
+            leaderless = "the transactional id's __transaction_state partition has no leader"
+        elif key_type == GROUP_KEY:
+            broker = self.coordinator.coordinator_of(key)
+            leaderless = "the group's __consumer_offsets partition has no leader"
+        else:
+            result["error_message"] = f"coordinators of key type {key_type} are not served"
             return result
-        broker = self.coordinator.coordinator_of(key)
         if broker is None:
-            result["error_message"] = "the group's __consumer_offsets partition has no leader"
+            result["error_message"] = leaderless
             return result
         if listener is not None and broker.on_listener(listener) is None:
             result["error_message"] = f"the coordinator has no listener {listener}"

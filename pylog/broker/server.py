@@ -41,6 +41,8 @@ from pylog.protocol import ApiKey
 from pylog.security.credentials import open_broker_store
 from pylog.security.sasl import SaslService
 from pylog.security.authorizer import AclAuthorizer, build_authorizer
+from pylog.transactions.coordinator import TransactionCoordinator
+from pylog.transactions.handlers import TransactionHandlers
 from pylog.types import BrokerEndpoint, ListenerEndpoint
 
 log = logging.getLogger(__name__)
@@ -94,6 +96,7 @@ class Broker:
         self.manager: LogManager | None = None
         self.replicas: ReplicaManager | None = None
         self.coordinator: GroupCoordinator | None = None
+        self.transactions: TransactionCoordinator | None = None
         self.sasl: SaslService | None = None
         self.authorizer: AclAuthorizer | None = None
         self.metrics = None  # pylog.broker.metrics.BrokerMetrics when metrics.listener is set
@@ -201,16 +204,21 @@ class Broker:
             self.replicas.start()
         self.coordinator = GroupCoordinator(config, self.metadata, logs, waiters,
                                             self.clock, wall_ms=self.wall_ms).start()
+        self.transactions = TransactionCoordinator(config, self.metadata, logs, waiters,
+                                                   self.clock, wall_ms=self.wall_ms).start()
         self.sasl = SaslService(
             open_broker_store(config.log_dirs, config["zookeeper.connect"],
                               session_timeout_ms=config["zookeeper.session.timeout.ms"],
                               connection_timeout_ms=config["zookeeper.connection.timeout.ms"]),
             config["sasl.enabled.mechanisms"].split(","),
             reauth_ms=config["connections.max.reauth.ms"], clock=self.clock)
-        group_handlers = GroupHandlers(self.coordinator, self.clock)
+        group_handlers = GroupHandlers(self.coordinator, self.clock, self.transactions)
         dispatcher = Dispatcher(AdminHandlers(config, self.metadata, logs), logs, self.clock,
                                 group_handlers, sasl=self.sasl)
         dispatcher.serve(ApiKey.TXN_OFFSET_COMMIT, (0, 4), group_handlers.txn_offset_commit)
+        for api_key, versions, handler in TransactionHandlers(
+                self.transactions, self.coordinator.partition_of, self.clock).services():
+            dispatcher.serve(api_key, versions, handler)
         self._start_authorizer(dispatcher)
         self._start_metrics(dispatcher, logs)
         budget = self._budget = RequestBudget(config["queued.max.request.bytes"])
@@ -330,6 +338,9 @@ class Broker:
         if self.authorizer is not None:
             self.authorizer.close()
             self.authorizer = None
+        if self.transactions is not None:
+            self.transactions.stop()
+            self.transactions = None
         if self.coordinator is not None:
             self.coordinator.stop()
             self.coordinator = None

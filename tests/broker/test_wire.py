@@ -223,10 +223,12 @@ def test_create_and_delete_topics(wire):
     assert meta["topics"][0]["error_code"] == UNKNOWN_TOPIC
 
 
-def test_a_standalone_broker_coordinates_every_group_and_no_transactions(broker, wire):
-    body = wire.call(ApiKey.FIND_COORDINATOR, 2, {"key": "g", "key_type": 0})
-    assert body["error_code"] == 0 and (body["host"], body["port"]) == (broker.host, broker.port)
-    body = wire.call(ApiKey.FIND_COORDINATOR, 2, {"key": "t", "key_type": 1})
+def test_a_standalone_broker_coordinates_every_group_and_transaction(broker, wire):
+    for key_type in (0, 1):  # a group, a transactional id
+        body = wire.call(ApiKey.FIND_COORDINATOR, 2, {"key": "g", "key_type": key_type})
+        assert body["error_code"] == 0
+        assert (body["host"], body["port"]) == (broker.host, broker.port)
+    body = wire.call(ApiKey.FIND_COORDINATOR, 2, {"key": "s", "key_type": 2})
     assert body["error_code"] == 15 and body["node_id"] == -1
 
 

@@ -1,0 +1,93 @@
+"""Authorization of the transaction APIs (see :mod:`pylog.broker.authorization`).
+
+* AddPartitionsToTxn -- TransactionalId Write, then Topic Write per topic: one refused
+  topic fails the request (TOPIC_AUTHORIZATION_FAILED, the others
+  OPERATION_NOT_ATTEMPTED), as in Kafka.
+* AddOffsetsToTxn -- TransactionalId Write, then Group Read.
+* EndTxn -- TransactionalId Write.
+* DescribeTransactions -- TransactionalId Describe per id.
+* ListTransactions -- only the ids the principal may describe are listed.
+
+InitProducerId's check (TransactionalId Write) is with the others in
+:mod:`pylog.broker.authorization`.
+"""
+
+from __future__ import annotations
+
+from pylog.broker.authorization import (
+    TOPIC_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Access, Verdict, pruned)
+from pylog.errors import GroupAuthorizationFailedError
+from pylog.protocol import ApiKey
+from pylog.security.acls import AclOperation as Op, ResourceType
+from pylog.transactions.codes import OPERATION_NOT_ATTEMPTED
+
+GROUP_AUTHORIZATION_FAILED = GroupAuthorizationFailedError.errno
+
+
+def _may_write(access: Access, transactional_id: str) -> bool:
+    return access(Op.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+
+
+def _add_partitions(body: dict, version: int, access: Access) -> Verdict:
+    topics = body["v3_and_below_topics"]
+    if not _may_write(access, body["v3_and_below_transactional_id"]):
+        refused = {t["name"] for t in topics}
+        code = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    else:
+        refused = {t["name"] for t in topics if not access.topic(Op.WRITE, t["name"])}
+        code = TOPIC_AUTHORIZATION_FAILED
+    if not refused:
+        return Verdict(body)
+    return Verdict(response={"throttle_time_ms": 0, "results_by_topic_v3_and_below": [
+        {"name": t["name"], "results_by_partition": [
+            {"partition_index": p,
+             "partition_error_code": code if t["name"] in refused else OPERATION_NOT_ATTEMPTED}
+            for p in t["partitions"]]} for t in topics]})
+
+
+def _add_offsets(body: dict, version: int, access: Access) -> Verdict:
+    if not _may_write(access, body["transactional_id"]):
+        code = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    elif not access.group(Op.READ, body["group_id"]):
+        code = GROUP_AUTHORIZATION_FAILED
+    else:
+        return Verdict(body)
+    return Verdict(response={"throttle_time_ms": 0, "error_code": code})
+
+
+def _end_txn(body: dict, version: int, access: Access) -> Verdict:
+    if _may_write(access, body["transactional_id"]):
+        return Verdict(body)
+    return Verdict(response={"throttle_time_ms": 0,
+                             "error_code": TRANSACTIONAL_ID_AUTHORIZATION_FAILED})
+
+
+def _describe(body: dict, version: int, access: Access) -> Verdict:
+    def allowed(transactional_id: str) -> bool:
+        return access(Op.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+
+    ids = body["transactional_ids"]
+    errors = [{"error_code": TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactional_id": t,
+               "transaction_state": "", "transaction_timeout_ms": 0,
+               "transaction_start_time_ms": -1, "producer_id": -1, "producer_epoch": -1,
+               "topics": []} for t in ids if not allowed(t)]
+    return pruned(body, "transactional_ids", [t for t in ids if allowed(t)],
+                  "transaction_states", errors)
+
+
+def _list(body: dict, version: int, access: Access) -> Verdict:
+    def visible(response: dict) -> dict:
+        return dict(response, transaction_states=[
+            t for t in response["transaction_states"]
+            if access(Op.DESCRIBE, ResourceType.TRANSACTIONAL_ID, t["transactional_id"])])
+
+    return Verdict(body, visible)
+
+
+TRANSACTION_CHECKS = {
+    ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions,
+    ApiKey.ADD_OFFSETS_TO_TXN: _add_offsets,
+    ApiKey.END_TXN: _end_txn,
+    ApiKey.DESCRIBE_TRANSACTIONS: _describe,
+    ApiKey.LIST_TRANSACTIONS: _list,
+}
