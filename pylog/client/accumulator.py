@@ -61,13 +61,15 @@ class RecordAccumulator:
 
     def __init__(self, *, batch_size: int, linger_s: float, compression: int,
                  buffer_memory: int, clock: Callable[[], float],
-                 on_new_batch: Callable[[TopicPartition], None] = lambda tp: None) -> None:
+                 on_new_batch: Callable[[TopicPartition], None] = lambda tp: None,
+                 transactional: bool = False) -> None:
         self.batch_size = batch_size
         self.linger_s = linger_s
         self.compression = compression
         self.buffer_memory = buffer_memory
         self.clock = clock
         self._on_new_batch = on_new_batch
+        self.transactional = transactional  # every batch is part of a transaction
         self.cond = threading.Condition()
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
         self._bytes_held = 0
@@ -90,7 +92,8 @@ class RecordAccumulator:
                 batch = None
                 self.cond.notify_all()
             if batch is None:
-                batch = ProducerBatch(tp, BatchBuilder(compression=self.compression), self.clock())
+                batch = ProducerBatch(tp, BatchBuilder(compression=self.compression,
+                                                      is_transactional=self.transactional), self.clock())
                 queue.append(batch)
                 self._incomplete += 1
                 self.cond.notify_all()  # the sender sets its linger timer from the new batch

@@ -4,10 +4,17 @@
 returns a ``concurrent.futures.Future``; a background sender thread (see
 :mod:`pylog.client.sender`) ships batches when they reach ``batch_size`` bytes or have
 waited ``linger_ms``. Every future ends with a RecordMetadata or an exception.
+
+With a ``transactional_id`` the producer writes in transactions (see
+:mod:`pylog.client.txn_manager` for the states and the kinds of errors): records sent
+between ``begin_transaction`` and ``commit_transaction`` become visible to read_committed
+consumers together, or never after ``abort_transaction``; consumed offsets can be
+committed in the same transaction (``send_offsets_to_transaction``).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from concurrent.futures import Future
 from typing import Any, Callable, Iterable, Mapping
@@ -16,6 +23,9 @@ from pylog.client.accumulator import RecordAccumulator
 from pylog.client.network import NetworkClient
 from pylog.client.partitioner import as_partitioner
 from pylog.client.sender import Idempotence, Sender
+from pylog.client.txn_manager import (
+    ConsumerGroupMetadata, ProducerFencedError, TransactionAbortableError, TransactionAbortedError,
+    TransactionManager, TransactionStateError, TxnState)
 from pylog.errors import (
     ConfigError,
     PylogError,
@@ -27,6 +37,9 @@ from pylog.records import Compression
 from pylog.records.record import Headers
 from pylog.types import TopicPartition
 
+__all__ = ["Producer", "ConsumerGroupMetadata", "TransactionStateError", "TransactionAbortedError",
+           "TransactionAbortableError", "ProducerFencedError"]
+log = logging.getLogger(__name__)
 _ACKS = {"0": 0, "1": 1, "all": -1, "-1": -1}
 MAX_RETRIES = 2**31 - 1
 MAX_IDEMPOTENT_IN_FLIGHT = 5
@@ -55,7 +68,17 @@ class Producer:
     (the default then), ``max_in_flight`` <= 5 and retries (default: until
     ``delivery_timeout_ms``). Left at its default, it turns off when ``acks`` or
     ``max_in_flight`` conflict; ``enable_idempotence=True`` with them raises ConfigError.
+    ``transactional_id`` makes the producer transactional (idempotence is then on; a
+    conflicting setting raises ConfigError): ``init_transactions`` once, then
+    ``begin_transaction``, ``send``..., ``commit_transaction`` or ``abort_transaction``. The
+    coordinator aborts a transaction left open longer than ``transaction_timeout_ms``.
     Bad settings raise ConfigError naming the setting.
+
+    >>> producer = Producer("127.0.0.1:9092", transactional_id="orders-loader")
+    >>> producer.init_transactions()
+    >>> producer.begin_transaction()
+    >>> producer.send("orders", b"order 17 paid")
+    >>> producer.commit_transaction()
     """
 
     def __init__(self, bootstrap_servers: str | list[str], acks: int | str | None = None,
@@ -67,7 +90,18 @@ class Producer:
                  delivery_timeout_ms: int = 120000, metadata_max_age_ms: int = 300000,
                  clock: Callable[[], float] = time.monotonic,
                  wall_clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
-                 security=None, enable_idempotence: bool | None = None) -> None:
+                 security=None, enable_idempotence: bool | None = None,
+                 transactional_id: str | None = None, transaction_timeout_ms: int = 60000) -> None:
+        if transactional_id is not None:
+            if not transactional_id:
+                raise ConfigError("transactional_id", "must not be empty")
+            if enable_idempotence is False:
+                raise ConfigError("enable_idempotence", "must be on with transactional_id "
+                                                        "(transactions build on idempotence)")
+            if transaction_timeout_ms <= 0:
+                raise ConfigError("transaction_timeout_ms", f"must be positive, got {transaction_timeout_ms}")
+            enable_idempotence = True
+        self.transactional_id = transactional_id
         self.enable_idempotence = _idempotence(enable_idempotence, acks, max_in_flight, retries)
         self.acks = -1 if acks is None and self.enable_idempotence else _parse_acks(1 if acks is None else acks)
         if retries is None:
@@ -98,13 +132,21 @@ class Producer:
         self._acc = RecordAccumulator(
             batch_size=batch_size, linger_s=linger_ms / 1000, compression=codec,
             buffer_memory=buffer_memory, clock=clock,
-            on_new_batch=(lambda tp: on_new_batch(tp.topic, tp.partition)) if on_new_batch else (lambda tp: None))
+            on_new_batch=(lambda tp: on_new_batch(tp.topic, tp.partition)) if on_new_batch else (lambda tp: None),
+            transactional=transactional_id is not None)
+        idempotence = Idempotence() if self.enable_idempotence else None
+        self._txn = None if transactional_id is None else TransactionManager(
+            self._network, transactional_id, transaction_timeout_ms, idempotence,
+            retry_backoff_s=self._retry_backoff_s, clock=clock, on_state=self._on_txn_state)
+        # send() refuses records while this is set (one check per record, as for closed):
+        # a closed producer, or a transactional one outside a transaction.
+        self._refusal: Callable[[], PylogError] | None = None if self._txn is None else self._txn.send_refusal
         self._sender = Sender(self._network, self._acc, acks=self.acks, retries=retries,
                               retry_backoff_s=self._retry_backoff_s,
                               request_timeout_ms=request_timeout_ms,
                               delivery_timeout_s=delivery_timeout_ms / 1000,
                               max_in_flight=max_in_flight, clock=clock,
-                              idempotence=Idempotence() if self.enable_idempotence else None)
+                              idempotence=idempotence, txn=self._txn)
         self._closed = False
         self._sender.start()
 
@@ -115,10 +157,12 @@ class Producer:
 
         ``timestamp`` is in ms (default: now). Errors finding the topic or delivering the
         record (UnknownTopicOrPartitionError, timeouts, broker errors) are set on the future.
-        Raises TypeError for values that are not bytes/str/None, PylogError once closed.
+        Raises TypeError for values that are not bytes/str/None, PylogError once closed;
+        a transactional producer raises TransactionStateError outside a transaction.
         """
-        if self._closed:
-            raise PylogError("the producer is closed")
+        refusal = self._refusal
+        if refusal is not None:
+            raise refusal()
         value_bytes = _to_bytes("value", value)
         key_bytes = _to_bytes("key", key)
         record_headers = _headers(headers)
@@ -130,6 +174,8 @@ class Producer:
                 tp = self._tps[(topic, chosen)] = TopicPartition(topic, chosen)
             return self._acc.append(tp, key_bytes, value_bytes, record_headers, ts, self._max_block_s)
         except PylogError as exc:
+            if self._txn is not None:
+                self._txn.record_failed(exc)  # the transaction cannot commit without it
             failed: Future = Future()
             failed.set_exception(exc)
             return failed
@@ -193,14 +239,102 @@ class Producer:
             finally:
                 acc.flushing -= 1
 
+    # -- transactions ----------------------------------------------------------------
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Register the transactional id with its coordinator and take the producer id,
+        fencing any older producer with the same id (its open transaction is aborted).
+        Call once, before the first transaction.
+
+        ``timeout`` seconds (default ``max_block_ms``); after RequestTimedOutError call it
+        again. Raises ProducerFencedError, TransactionalIdAuthorizationFailedError
+        (fatal: close the producer), TransactionStateError when called twice.
+        """
+        txn = self._transactional("init_transactions")
+        txn.init(self._deadline(timeout))
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: ``send`` is allowed until it is committed or aborted.
+        Raises TransactionStateError outside state READY (no network call)."""
+        self._transactional("begin_transaction").begin()
+
+    def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition | tuple[str, int], int],
+                                    group: str | ConsumerGroupMetadata, timeout: float | None = None) -> None:
+        """Commit a consumer group's offsets (partition -> next offset to read) as part of
+        the transaction: they become the group's committed offsets only if it commits.
+
+        ``group``: the group id, or a :class:`ConsumerGroupMetadata` with the member's
+        generation and id (the coordinator then refuses a member that left the group).
+        Raises TransactionStateError outside a transaction; a refused commit makes the
+        transaction abortable (TopicAuthorizationFailedError, UnknownMemberIdError, ...).
+        """
+        txn = self._transactional("send_offsets_to_transaction")
+        metadata = group if isinstance(group, ConsumerGroupMetadata) else ConsumerGroupMetadata(str(group))
+        if not metadata.group_id:
+            raise ConfigError("group", "must not be empty")
+        wanted = {tp if isinstance(tp, TopicPartition) else TopicPartition(*tp): int(offset)
+                  for tp, offset in offsets.items()}
+        txn.send_offsets(wanted, metadata, self._deadline(timeout))
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Deliver every record of the transaction, then commit it (EndTxn).
+
+        ``timeout`` seconds (default ``max_block_ms``): after RequestTimedOutError call it
+        again. If a record could not be delivered it raises TransactionAbortableError:
+        call ``abort_transaction``. ProducerFencedError and other fatal errors leave only
+        ``close``.
+        """
+        txn = self._transactional("commit_transaction")
+        deadline = self._deadline(timeout)
+        txn.begin_commit()
+        self.flush(max(deadline - self._clock(), 0.0))
+        txn.end(True, deadline)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the transaction: records not yet sent fail with TransactionAbortedError,
+        records already written are never shown to read_committed consumers.
+
+        Allowed in a transaction and after an abortable error; after RequestTimedOutError
+        call it again.
+        """
+        txn = self._transactional("abort_transaction")
+        deadline = self._deadline(timeout)
+        txn.begin_abort()
+        self.flush(max(deadline - self._clock(), 0.0))  # the sender fails what it drains now
+        txn.end(False, deadline)
+
+    def _transactional(self, operation: str) -> TransactionManager:
+        if self._closed:
+            raise PylogError(f"{operation}: the producer is closed")
+        if self._txn is None:
+            raise TransactionStateError(f"{operation}: this producer is not transactional "
+                                        f"(create it with transactional_id=...)")
+        return self._txn
+
+    def _deadline(self, timeout: float | None) -> float:
+        return self._clock() + (self._max_block_s if timeout is None else timeout)
+
+    def _on_txn_state(self, state: TxnState) -> None:
+        if not self._closed:
+            self._refusal = None if state is TxnState.IN_TRANSACTION else self._txn.send_refusal
+
     def close(self, timeout: float | None = None) -> None:
         """Deliver what is queued (within ``timeout`` seconds), stop the sender, disconnect.
+        A transaction still open is aborted first, as the Java client does.
 
         Records still undelivered when the timeout passes fail with RequestTimedOutError.
         """
         if self._closed:
             return
+        if self._txn is not None and self._txn.state in (
+                TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR, TxnState.ABORTING):
+            try:
+                self.abort_transaction(timeout)
+            except PylogError as exc:
+                log.warning("closing producer %s: the open transaction was not aborted (%s); "
+                            "its coordinator aborts it after transaction_timeout_ms", self.transactional_id, exc)
         self._closed = True
+        self._refusal = _closed_error
         with self._acc.cond:
             self._sender.closing = True
             self._acc.cond.notify_all()
@@ -217,6 +351,10 @@ class Producer:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+def _closed_error() -> PylogError:
+    return PylogError("the producer is closed")
 
 
 def _parse_acks(acks: int | str) -> int:

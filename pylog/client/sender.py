@@ -21,6 +21,15 @@ OUT_OF_ORDER_SEQUENCE_NUMBER behind a batch still being retried is retried too; 
 the next expected sequence, UNKNOWN_PRODUCER_ID, or a batch given up on, makes the
 sender take a new producer id and number the unacknowledged batches again. That is safe
 here because the sender has no request in flight between two rounds of sends.
+
+Transactions (``txn``, a :class:`~pylog.client.txn_manager.TransactionManager`): the
+producer id comes from ``init_transactions``, never from the sender. Before the first
+batch of a partition goes out in a transaction, the sender adds the partition with
+AddPartitionsToTxn (one request for every new partition of a round; batches wait and
+retry while the coordinator is busy). While the transaction is aborting or has failed,
+drained batches fail instead of being sent. A batch that fails makes the transaction
+abortable (fenced: the producer fatal); a sequence gap is not repaired here but by the
+new epoch ``abort_transaction`` takes.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from pylog.client.accumulator import ProducerBatch, RecordAccumulator
 from pylog.client.futures import settle_all
 from pylog.client.network import NetworkClient, backoff_delay
 from pylog.client.results import RecordMetadata
+from pylog.client.txn_manager import RetryLater, TransactionManager
 from pylog.errors import (
     InvalidProducerEpochError, KafkaError, OutOfOrderSequenceNumberError, PylogError, RequestTimedOutError,
     RetriableError, UnknownProducerIdError)
@@ -82,7 +92,8 @@ class Sender(threading.Thread):
     def __init__(self, network: NetworkClient, accumulator: RecordAccumulator, *, acks: int,
                  retries: int, retry_backoff_s: float, request_timeout_ms: int,
                  delivery_timeout_s: float, max_in_flight: int, clock: Callable[[], float],
-                 idempotence: Idempotence | None = None) -> None:
+                 idempotence: Idempotence | None = None,
+                 txn: TransactionManager | None = None) -> None:
         super().__init__(name="pylog-producer-sender", daemon=True)
         self.network = network
         self.acc = accumulator
@@ -95,6 +106,8 @@ class Sender(threading.Thread):
         self.clock = clock
         self.closing = False
         self.idempotence = idempotence
+        self.txn = txn
+        self.transactional_id = None if txn is None else txn.transactional_id
 
     def run(self) -> None:
         while True:
@@ -102,6 +115,8 @@ class Sender(threading.Thread):
             if batches is None:
                 return
             try:
+                if self.txn is not None:
+                    batches = self._admit(batches)
                 if self.idempotence is not None and not self._number(batches):
                     continue
                 self._send(batches)
@@ -127,6 +142,13 @@ class Sender(threading.Thread):
         """Give the batches producer id and sequences, taking a (new) producer id first if
         needed; False (the batches retried) if no broker gave one."""
         state = self.idempotence
+        if state.needs_reset and self.txn is not None:
+            error = self.txn.abortable(OutOfOrderSequenceNumberError(
+                "a record of the transaction was lost between the sequence numbers; "
+                "abort the transaction (that takes a new epoch)"))
+            for batch in batches:
+                self._fail(batch, error)
+            return False
         if state.needs_reset:
             try:
                 response = self.network.request_any(ApiKey.INIT_PRODUCER_ID, {
@@ -152,6 +174,30 @@ class Sender(threading.Thread):
         for batch in batches:
             state.assign(batch)
         return True
+
+    def _admit(self, batches: list[ProducerBatch]) -> list[ProducerBatch]:
+        """The batches a transaction lets go now: their partitions added first (the others
+        wait and retry, or fail with the transaction's error)."""
+        refusal = self.txn.batch_refusal()
+        if refusal is not None:
+            for batch in batches:
+                self._fail(batch, refusal)
+            return []
+        added = self.txn.partitions
+        new = {batch.tp for batch in batches if batch.tp not in added}
+        if not new:
+            return batches
+        try:
+            self.txn.add_partitions(new)
+        except RetryLater as exc:
+            for batch in reversed([b for b in batches if b.tp in new]):  # each goes to the head
+                self._retry_or_fail(batch, exc, exc.backoff_s)
+            return [b for b in batches if b.tp not in new]
+        except PylogError as exc:
+            for batch in batches:
+                self._fail(batch, exc)
+            return []
+        return batches
 
     def _send(self, batches: list[ProducerBatch]) -> None:
         by_leader: dict[int, list[ProducerBatch]] = {}
@@ -225,7 +271,7 @@ class Sender(threading.Thread):
         for batch in request:
             topics.setdefault(batch.tp.topic, []).append(
                 {"index": batch.tp.partition, "records": batch.encoded()})
-        return {"transactional_id": None, "acks": self.acks, "timeout_ms": self.request_timeout_ms,
+        return {"transactional_id": self.transactional_id, "acks": self.acks, "timeout_ms": self.request_timeout_ms,
                 "topic_data": [{"name": t, "partition_data": ps} for t, ps in topics.items()]}
 
     def _handle_response(self, response: dict, request: list[ProducerBatch]) -> None:
@@ -265,14 +311,16 @@ class Sender(threading.Thread):
         else:
             self._retry_or_fail(batch, exc)
 
-    def _retry_or_fail(self, batch: ProducerBatch, exc: PylogError) -> None:
+    def _retry_or_fail(self, batch: ProducerBatch, exc: PylogError, backoff_s: float | None = None) -> None:
         batch.attempts += 1
         now = self.clock()
         if batch.attempts > self.retries or now - batch.created > self.delivery_timeout_s:
             self._fail(batch, exc)
             return
         log.debug("retrying %s (attempt %d): %s", batch.tp, batch.attempts, exc)
-        self.acc.reenqueue(batch, now + backoff_delay(self.retry_backoff_s, batch.attempts))
+        if backoff_s is None:
+            backoff_s = backoff_delay(self.retry_backoff_s, batch.attempts)
+        self.acc.reenqueue(batch, now + backoff_s)
 
     def _succeed(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
         topic, partition = batch.tp.topic, batch.tp.partition
@@ -292,5 +340,7 @@ class Sender(threading.Thread):
     def _fail(self, batch: ProducerBatch, exc: BaseException) -> None:
         if self.idempotence is not None and batch.sequence is not None:
             self.idempotence.needs_reset = True  # a gap in the sequence: renumber after it
+        if self.txn is not None:
+            exc = self.txn.record_failed(exc)
         settle_all(batch.condition, batch.futures, exception=exc)
         self.acc.complete(batch)

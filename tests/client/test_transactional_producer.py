@@ -1,0 +1,238 @@
+"""pylog's transactional Producer against a pylog broker subprocess (transaction
+coordinator, markers, last stable offset) and against librdkafka's mock cluster.
+
+The mock serves the transaction APIs and writes the markers, but neither hides aborted
+records from read_committed readers, nor applies transactional offset commits, nor fences
+an older producer (each InitProducerId gets a new producer id): those are checked on the
+pylog broker only.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import confluent_kafka
+import pytest
+
+from pylog.client import SimpleConsumer
+from pylog.client.producer import (
+    Producer, TransactionAbortedError, TransactionStateError)
+from pylog.client.transactions import ABORT_MARKER, drop_aborted
+from pylog.client.txn_manager import ProducerFencedError, TransactionAbortableError
+from pylog.errors import ConfigError, UnknownTopicOrPartitionError
+from pylog.records import decode_batch, iter_batch_headers
+from pylog.testing.broker import BrokerProcess
+from pylog.types import TopicPartition
+
+TIMEOUT = 30
+# Few partitions of the internal topics: each one is loaded at start.
+BROKER_SETTINGS = {"transaction.state.log.num.partitions": 2, "offsets.topic.num.partitions": 2,
+                   "num.partitions": 2, "group.initial.rebalance.delay.ms": 0}
+
+
+@pytest.fixture(scope="module")
+def pylog_broker(tmp_path_factory):
+    with BrokerProcess(tmp_path_factory.mktemp("txn-broker"), BROKER_SETTINGS) as broker:
+        yield broker
+
+
+@pytest.fixture(scope="module", params=["pylog-broker", "librdkafka-mock"])
+def bootstrap(request) -> str:
+    if request.param == "pylog-broker":
+        return request.getfixturevalue("pylog_broker").bootstrap
+    return request.getfixturevalue("mock_bootstrap")
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def transactional(bootstrap: str, transactional_id: str | None = None, **settings) -> Producer:
+    settings = {"linger_ms": 5, "transaction_timeout_ms": 20000, **settings}
+    producer = Producer(bootstrap, transactional_id=transactional_id or unique("txn"), **settings)
+    producer.init_transactions(TIMEOUT)
+    return producer
+
+
+def in_transaction(producer: Producer, topic: str, values: list[bytes], commit: bool) -> None:
+    producer.begin_transaction()
+    futures = [producer.send(topic, v, partition=i % 2) for i, v in enumerate(values)]
+    producer.flush(TIMEOUT)  # written to the log before the transaction ends
+    assert all(f.result(timeout=0).offset >= 0 for f in futures)
+    (producer.commit_transaction if commit else producer.abort_transaction)(TIMEOUT)
+
+
+def log_contents(bootstrap: str, topic: str, partition: int) -> list:
+    """The partition as written: each record's value, each control batch as "COMMIT" or
+    "ABORT", and the (producer id, transactional) of every data batch."""
+    tokens, producers, offset = [], set(), 0
+    with SimpleConsumer(bootstrap) as consumer:
+        end = consumer.latest_offset(topic, partition)
+        while offset < end:
+            raw = drop_aborted(bytes(consumer.fetch_raw(topic, partition, offset).records), [])
+            for position, header in iter_batch_headers(raw):
+                records = decode_batch(raw, position).records
+                if header.is_control:
+                    kind = int.from_bytes(records[0].key[2:4], "big")
+                    tokens.append("ABORT" if kind == ABORT_MARKER else "COMMIT")
+                else:
+                    tokens += [r.value for r in records]
+                    producers.add((header.producer_id, header.is_transactional))
+                offset = header.next_offset
+    return [tokens, producers]
+
+
+def values(prefix: bytes, count: int) -> list[bytes]:
+    return [b"%s%d" % (prefix, i) for i in range(count)]
+
+
+def test_each_transaction_ends_with_its_marker(bootstrap):
+    topic = unique("txn-markers")
+    with transactional(bootstrap) as producer:
+        in_transaction(producer, topic, values(b"c", 10), commit=True)
+        in_transaction(producer, topic, values(b"a", 6), commit=False)
+        in_transaction(producer, topic, values(b"d", 4), commit=True)
+    for partition in (0, 1):
+        tokens, producers = log_contents(bootstrap, topic, partition)
+        assert tokens == (values(b"c", 10)[partition::2] + ["COMMIT"] + values(b"a", 6)[partition::2]
+                          + ["ABORT"] + values(b"d", 4)[partition::2] + ["COMMIT"])
+        assert len(producers) == 1 and all(transactional for _, transactional in producers)
+
+
+def test_a_failed_send_makes_the_transaction_abortable(bootstrap):
+    topic = unique("txn-abortable")
+    with transactional(bootstrap) as producer:
+        in_transaction(producer, topic, [b"first"], commit=True)
+        producer.begin_transaction()
+        kept = producer.send(topic, b"sent, then aborted", partition=0)
+        failed = producer.send(topic, b"no such partition", partition=99)
+        assert isinstance(failed.exception(timeout=TIMEOUT), UnknownTopicOrPartitionError)
+        with pytest.raises(TransactionAbortableError, match="abort_transaction"):
+            producer.send(topic, b"refused", partition=0)
+        with pytest.raises(TransactionAbortableError, match="abort_transaction"):
+            producer.commit_transaction(TIMEOUT)
+        producer.abort_transaction(TIMEOUT)
+        assert kept.done()
+        in_transaction(producer, topic, [b"after"], commit=True)
+    assert log_contents(bootstrap, topic, 0)[0][-2:] == [b"after", "COMMIT"]
+    assert b"first" in log_contents(bootstrap, topic, 0)[0]
+
+
+def test_abort_drops_records_not_yet_sent(bootstrap):
+    topic = unique("txn-unsent")
+    with transactional(bootstrap, linger_ms=60000) as producer:  # nothing is sent before abort
+        in_transaction(producer, topic, [b"one", b"two"], commit=True)
+        producer.begin_transaction()
+        unsent = [producer.send(topic, b"never sent", partition=0) for _ in range(3)]
+        producer.abort_transaction(TIMEOUT)
+        assert all(isinstance(f.exception(timeout=0), TransactionAbortedError) for f in unsent)
+        in_transaction(producer, topic, [b"three", b"four"], commit=True)
+    assert log_contents(bootstrap, topic, 0)[0] == [b"one", "COMMIT", b"three", "COMMIT"]
+
+
+def test_calls_in_the_wrong_state_raise(bootstrap):
+    with pytest.raises(ConfigError, match="enable_idempotence"):
+        Producer(bootstrap, transactional_id="t", enable_idempotence=False)
+    with pytest.raises(ConfigError, match="acks"):
+        Producer(bootstrap, transactional_id="t", acks=1)
+    with pytest.raises(ConfigError, match="transaction_timeout_ms"):
+        Producer(bootstrap, transactional_id="t", transaction_timeout_ms=0)
+    with Producer(bootstrap) as plain:
+        with pytest.raises(TransactionStateError, match="not transactional"):
+            plain.begin_transaction()
+    topic = unique("txn-states")
+    with Producer(bootstrap, transactional_id=unique("states")) as producer:
+        with pytest.raises(TransactionStateError, match="init_transactions first"):
+            producer.begin_transaction()
+        with pytest.raises(TransactionStateError, match="init_transactions first"):
+            producer.send(topic, b"x")
+        producer.init_transactions(TIMEOUT)
+        with pytest.raises(TransactionStateError, match="init_transactions.*READY"):
+            producer.init_transactions(TIMEOUT)
+        with pytest.raises(TransactionStateError, match="begin_transaction first"):
+            producer.send(topic, b"x")
+        for call in (producer.commit_transaction, producer.abort_transaction):
+            with pytest.raises(TransactionStateError, match="begin_transaction first"):
+                call(TIMEOUT)
+        with pytest.raises(TransactionStateError, match="begin_transaction first"):
+            producer.send_offsets_to_transaction({TopicPartition(topic, 0): 1}, "g", TIMEOUT)
+        producer.begin_transaction()
+        with pytest.raises(TransactionStateError, match="commit or abort it first"):
+            producer.begin_transaction()
+        producer.commit_transaction(TIMEOUT)  # nothing was sent: no EndTxn needed
+    with pytest.raises(Exception, match="closed"):
+        producer.begin_transaction()
+
+
+# -- on the pylog broker only ---------------------------------------------------------
+
+
+def test_read_committed_consumers_see_committed_records_only(pylog_broker):
+    bootstrap, topic = pylog_broker.bootstrap, unique("txn-visible")
+    with transactional(bootstrap) as producer:
+        in_transaction(producer, topic, values(b"c", 10), commit=True)
+        in_transaction(producer, topic, values(b"a", 10), commit=False)
+        producer.begin_transaction()
+        open_futures = [producer.send(topic, v, partition=i % 2) for i, v in enumerate(values(b"o", 4))]
+        producer.flush(TIMEOUT)
+        with SimpleConsumer(bootstrap, isolation_level="read_committed") as committed:
+            assert [committed.latest_offset(topic, p) for p in (0, 1)] == \
+                [min(f.result().offset for f in open_futures if f.result().partition == p) for p in (0, 1)]
+        producer.commit_transaction(TIMEOUT)
+        in_transaction(producer, topic, values(b"a2-", 4), commit=False)
+    expected = {p: values(b"c", 10)[p::2] + values(b"o", 4)[p::2] for p in (0, 1)}
+
+    with SimpleConsumer(bootstrap, isolation_level="read_committed") as committed:
+        for partition in (0, 1):
+            offset, end, found = 0, committed.latest_offset(topic, partition), []
+            while offset < end:
+                result = committed.fetch(topic, partition, offset)
+                found += [r.value for r in result.records]
+                offset = result.next_offset
+            assert found == expected[partition]
+
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": unique("rc"),
+                                         "isolation.level": "read_committed", "enable.auto.commit": False,
+                                         "enable.partition.eof": True, "log_level": 3})
+    consumer.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in (0, 1)])
+    seen: dict[int, list[bytes]] = {0: [], 1: []}
+    at_end: set[int] = set()
+    try:
+        for _ in range(240):  # until both partitions report their end (at most a minute)
+            for message in consumer.consume(num_messages=100, timeout=0.25):
+                if message.error() is None:
+                    seen[message.partition()].append(message.value())
+                elif message.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                    at_end.add(message.partition())
+                else:
+                    raise AssertionError(message.error())
+            if at_end == {0, 1}:
+                break
+    finally:
+        consumer.close()
+    assert at_end == {0, 1}
+    assert seen == expected
+
+
+def test_a_second_producer_with_the_same_id_fences_the_first(pylog_broker):
+    bootstrap, topic, transactional_id = pylog_broker.bootstrap, unique("txn-fence"), unique("fenced")
+    first = transactional(bootstrap, transactional_id)
+    in_transaction(first, topic, [b"before"], commit=True)
+    first.begin_transaction()
+    zombie = first.send(topic, b"zombie", partition=0)
+    first.flush(TIMEOUT)
+    with transactional(bootstrap, transactional_id) as second:  # aborts first's transaction
+        with pytest.raises(ProducerFencedError, match="fenced"):
+            first.send(topic, b"more", partition=0).result(TIMEOUT)
+        with pytest.raises(ProducerFencedError, match="can only be closed"):
+            first.commit_transaction(TIMEOUT)
+        for call in (first.begin_transaction, lambda: first.send(topic, b"again"),
+                     lambda: first.abort_transaction(TIMEOUT)):
+            with pytest.raises(ProducerFencedError, match="can only be closed"):
+                call()
+        first.close()
+        in_transaction(second, topic, [b"after"], commit=True)
+    assert zombie.result(timeout=0).offset >= 0  # written, then aborted by the coordinator
+    with SimpleConsumer(bootstrap, isolation_level="read_committed") as committed:
+        result = committed.fetch(topic, 0, 0)
+        assert [r.value for r in result.records] == [b"before", b"after"]
