@@ -38,41 +38,33 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from pylog.client.connection import BrokerConnection
-from pylog.client.network import NetworkClient, backoff_delay
+from pylog.client.coordinator_requests import (
+    GROUP_KEY, TRANSACTION_KEY, CoordinatorRequests, CoordinatorRetry)
+from pylog.client.network import NetworkClient
+from pylog import errors
 from pylog.errors import (
-    KafkaError, NetworkExceptionError, PylogError, RequestTimedOutError, RetriableError,
-    UnsupportedVersionError)
+    KafkaError, PylogError, RequestTimedOutError, RetriableError, UnsupportedVersionError)
 from pylog.protocol import ApiKey
-from pylog.types import BrokerEndpoint, TopicPartition
+from pylog.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
-GROUP_KEY, TRANSACTION_KEY = 0, 1
-# The versions of the transaction APIs this client fills in: below the ones that need
-# the KIP-890 (transaction version 2) protocol and below AddPartitionsToTxn's
-# broker-to-broker batch form.
-TXN_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
-    ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
-    ApiKey.END_TXN: (0, 4),
-    ApiKey.TXN_OFFSET_COMMIT: (0, 4),
-    ApiKey.INIT_PRODUCER_ID: (0, 1),
-    ApiKey.FIND_COORDINATOR: (0, 4),
-}
 # A new transaction's first AddPartitionsToTxn may find the previous one still writing
 # its markers (CONCURRENT_TRANSACTIONS): retried soon, as the Java client does.
 ADD_PARTITIONS_RETRY_BACKOFF_S = 0.02
 
-ProducerFencedError: type[KafkaError] = KafkaError.for_code(90)
-InvalidProducerEpochError: type[KafkaError] = KafkaError.for_code(47)
-TransactionAbortableError: type[KafkaError] = KafkaError.for_code(120)
-_CONCURRENT_TRANSACTIONS = 51
-_RECOORDINATE = {15, 16}  # COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
-_FENCED = {47, 90}  # INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
-# TOPIC_/GROUP_AUTHORIZATION_FAILED, UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
-# FENCED_INSTANCE_ID, TRANSACTION_ABORTABLE: this transaction fails, the next may not.
-_ABORTABLE = {29, 30, 25, 22, 82, 120}
+ProducerFencedError: type[KafkaError] = errors.ProducerFencedError
+InvalidProducerEpochError: type[KafkaError] = errors.InvalidProducerEpochError
+TransactionAbortableError: type[KafkaError] = errors.TransactionAbortableError
+_CONCURRENT_TRANSACTIONS = errors.ConcurrentTransactionsError.errno
+_OPERATION_NOT_ATTEMPTED = errors.OperationNotAttemptedError.errno
+_RECOORDINATE = {errors.CoordinatorNotAvailableError.errno, errors.NotCoordinatorError.errno}
+_FENCED = {InvalidProducerEpochError.errno, ProducerFencedError.errno}
+# This transaction fails, the next one may not.
+_ABORTABLE = {cls.errno for cls in (
+    errors.TopicAuthorizationFailedError, errors.GroupAuthorizationFailedError,
+    errors.UnknownMemberIdError, errors.IllegalGenerationError, errors.FencedInstanceIdError,
+    TransactionAbortableError)}
 
 
 class TxnState(enum.Enum):
@@ -106,16 +98,6 @@ class ConsumerGroupMetadata:
     group_instance_id: str | None = None
 
 
-class _Retry(Exception):
-    """Inside a request loop: try again after a back-off (``recoordinate``: find the
-    coordinator again first)."""
-
-    def __init__(self, reason: str, recoordinate: bool = False, backoff_s: float | None = None) -> None:
-        super().__init__(reason)
-        self.recoordinate = recoordinate
-        self.backoff_s = backoff_s
-
-
 class TransactionManager:
     """State, coordinator and requests of one transactional id (thread-safe: the
     application thread ends transactions, the sender thread adds partitions)."""
@@ -128,16 +110,14 @@ class TransactionManager:
         self.transactional_id = transactional_id
         self.transaction_timeout_ms = transaction_timeout_ms
         self.idempotence = idempotence
-        self.retry_backoff_s = retry_backoff_s
-        self.clock = clock
-        self.sleep = sleep
         self._on_state = on_state
         self._lock = threading.RLock()
         self.state = TxnState.UNINITIALIZED
         self.last_error: PylogError | None = None
         self.partitions: set[TopicPartition] = set()  # added to the current transaction
         self._started = False  # a partition or offsets added: EndTxn is needed
-        self._coordinators: dict[tuple[int, str], BrokerEndpoint] = {}
+        self._requests = CoordinatorRequests(network, self._check, retry_backoff_s=retry_backoff_s,
+                                             clock=clock, sleep=sleep)
 
     # -- states ----------------------------------------------------------------------
 
@@ -233,12 +213,12 @@ class TransactionManager:
             self._check(operation, response["error_code"])
             return response
 
-        response = self._at_coordinator(operation, ApiKey.INIT_PRODUCER_ID, TRANSACTION_KEY,
-                                        self.transactional_id, lambda version: {
-                                            "transactional_id": self.transactional_id,
-                                            "transaction_timeout_ms": self.transaction_timeout_ms,
-                                            "producer_id": -1, "producer_epoch": -1},
-                                        handle, deadline)
+        response = self._request(
+            operation, ApiKey.INIT_PRODUCER_ID, TRANSACTION_KEY, self.transactional_id,
+            lambda version: {"transactional_id": self.transactional_id,
+                             "transaction_timeout_ms": self.transaction_timeout_ms,
+                             "producer_id": -1, "producer_epoch": -1},
+            handle, deadline)
         self.idempotence.reset(response["producer_id"], response["producer_epoch"])
         log.info("transactional id %s: producer id %d epoch %d", self.transactional_id,
                  response["producer_id"], response["producer_epoch"])
@@ -268,7 +248,7 @@ class TransactionManager:
             self._require(operation, TxnState.COMMITTING)  # a record failed during the flush
         if self._started:
             state = self.idempotence
-            self._in_transaction(lambda: self._at_coordinator(
+            self._in_transaction(lambda: self._request(
                 operation, ApiKey.END_TXN, TRANSACTION_KEY, self.transactional_id,
                 lambda version: {"transactional_id": self.transactional_id, "producer_id": state.producer_id,
                                  "producer_epoch": state.epoch, "committed": commit},
@@ -286,7 +266,7 @@ class TransactionManager:
         operation = "send_offsets_to_transaction"
         self._require(operation, TxnState.IN_TRANSACTION)
         state = self.idempotence
-        self._in_transaction(lambda: self._at_coordinator(
+        self._in_transaction(lambda: self._request(
             operation, ApiKey.ADD_OFFSETS_TO_TXN, TRANSACTION_KEY, self.transactional_id,
             lambda version: {"transactional_id": self.transactional_id, "producer_id": state.producer_id,
                              "producer_epoch": state.epoch, "group_id": group.group_id},
@@ -314,12 +294,12 @@ class TransactionManager:
                     try:
                         self._check(f"{operation} ({tp})", partition["error_code"])
                         pending.pop(tp, None)
-                    except _Retry as exc:
+                    except CoordinatorRetry as exc:
                         retry = retry or exc
             if retry is not None:
                 raise retry
 
-        self._in_transaction(lambda: self._at_coordinator(
+        self._in_transaction(lambda: self._request(
             operation, ApiKey.TXN_OFFSET_COMMIT, GROUP_KEY, group.group_id, body, handle, deadline))
 
     def _in_transaction(self, call: Callable[[], Any]) -> Any:
@@ -361,7 +341,7 @@ class TransactionManager:
                         continue
                     try:
                         self._check(f"{operation} ({topic['name']}-{partition['partition_index']})", code)
-                    except _Retry:
+                    except CoordinatorRetry:
                         raise
                     except PylogError as exc:
                         failed = failed or exc
@@ -369,81 +349,37 @@ class TransactionManager:
                 raise failed
 
         try:
-            self._in_transaction(lambda: self._at_coordinator(
+            self._in_transaction(lambda: self._request(
                 operation, ApiKey.ADD_PARTITIONS_TO_TXN, TRANSACTION_KEY, self.transactional_id,
                 body, handle, deadline=None, attempts=1))
-        except _Retry as exc:
+        except CoordinatorRetry as exc:
             first = not self.partitions and not self._started
             raise RetryLater(str(exc), ADD_PARTITIONS_RETRY_BACKOFF_S if first else None) from None
         with self._lock:
             self.partitions.update(partitions)
             self._started = True
 
-    # -- requests --------------------------------------------------------------------
+    # -- requests and their error codes -----------------------------------------------
 
-    def _at_coordinator(self, operation: str, api_key: int, key_type: int, key: str,
-                        body: Callable[[int], dict], handle: Callable[[dict], Any],
-                        deadline: float | None, attempts: int | None = None) -> Any:
-        """``handle(response)`` of ``body(version)`` sent to the coordinator of ``key``,
-        retried (finding the coordinator again when it moved) until ``deadline``, or
-        ``attempts`` times (then the last _Retry is raised)."""
-        failures = 0
-        while True:
-            try:
-                endpoint = self._coordinator(key_type, key)
-                conn = self.network.connection(endpoint.host, endpoint.port)
-                with conn.lock:
-                    version = _version(conn, api_key)
-                    response = conn.request(api_key, body(version), version)
-                return handle(response)
-            except _Retry as exc:
-                retry = exc
-            except (RetriableError, NetworkExceptionError) as exc:
-                retry = _Retry(f"{operation}: {exc}", recoordinate=True)
-            except UnsupportedVersionError as exc:
-                raise self.fatal(exc)
-            if retry.recoordinate:
-                self._coordinators.pop((key_type, key), None)
-            failures += 1
-            if attempts is not None and failures >= attempts:
-                raise retry
-            delay = retry.backoff_s if retry.backoff_s is not None else \
-                backoff_delay(self.retry_backoff_s, failures)
-            if deadline is not None and self.clock() + delay > deadline:
-                raise RequestTimedOutError(f"{operation} did not complete in time ({retry}); "
-                                           f"call it again to go on waiting")
-            log.debug("%s: retrying (%s)", operation, retry)
-            self.sleep(delay)
-
-    def _coordinator(self, key_type: int, key: str) -> BrokerEndpoint:
-        found = self._coordinators.get((key_type, key))
-        if found is not None:
-            return found
-
-        def body(version: int) -> dict:
-            if version >= 4:
-                return {"key_type": key_type, "coordinator_keys": [key]}
-            return {"key": key, "key_type": key_type}
-
-        response = self.network.request_any(ApiKey.FIND_COORDINATOR, body)
-        answer = response["coordinators"][0] if response.get("coordinators") else response
-        what = "transaction" if key_type == TRANSACTION_KEY else "group"
-        self._check(f"find the {what} coordinator of {key!r}", answer["error_code"])
-        found = BrokerEndpoint(answer["node_id"], answer["host"], answer["port"])
-        self._coordinators[(key_type, key)] = found
-        return found
+    def _request(self, *args, **kwargs) -> Any:
+        """A request through the coordinator loop; a coordinator too old for the
+        transaction APIs is fatal, as in the Java client."""
+        try:
+            return self._requests.request(*args, **kwargs)
+        except UnsupportedVersionError as exc:
+            raise self.fatal(exc)
 
     def _check(self, operation: str, code: int) -> None:
-        """Sort a response's error code: retry (_Retry), fatal (the producer's state
+        """Sort a response's error code: retry (CoordinatorRetry), fatal (the producer's state
         becomes FATAL_ERROR) or abortable (raised, the caller decides)."""
         if not code:
             return
         cls = KafkaError.for_code(code)
         message = f"{operation}: {cls.name}: {cls.description}"
         if code in _RECOORDINATE:
-            raise _Retry(message, recoordinate=True)
+            raise CoordinatorRetry(message, recoordinate=True)
         if code == _CONCURRENT_TRANSACTIONS or issubclass(cls, RetriableError):
-            raise _Retry(message)
+            raise CoordinatorRetry(message)
         if code in _FENCED:
             raise self.fatal(ProducerFencedError(
                 f"{operation}: transactional id {self.transactional_id!r} was fenced: a newer producer "
@@ -462,7 +398,6 @@ class RetryLater(RetriableError):
         self.backoff_s = backoff_s
 
 
-_OPERATION_NOT_ATTEMPTED = 55
 _HINTS = {
     TxnState.UNINITIALIZED: "call init_transactions first",
     TxnState.INITIALIZING: "init_transactions has not completed; call it again",
@@ -472,13 +407,3 @@ _HINTS = {
     TxnState.ABORTING: "the transaction is being aborted; call abort_transaction again",
 }
 
-
-def _version(conn: BrokerConnection, api_key: int) -> int:
-    """The highest version of a transaction API both sides support (connects first)."""
-    conn.connect()
-    ours = TXN_VERSIONS[api_key]
-    theirs = conn.versions.get(api_key)
-    if theirs is None or min(ours[1], theirs[1]) < max(ours[0], theirs[0]):
-        raise UnsupportedVersionError(f"broker {conn.address} does not support "
-                                      f"{ApiKey(api_key).name} v{ours[0]}-{ours[1]}")
-    return min(ours[1], theirs[1])
