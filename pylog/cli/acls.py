@@ -43,7 +43,7 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser("acls", help="add, list or remove ACLs",
                                    description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=ACTIONS)
+    parser.add_argument("action", choices=ACTIONS, help="what to do: " + ", ".join(ACTIONS))
     for side in ("allow", "deny"):
         parser.add_argument(f"--{side}-principal", action="append", default=[],
                             metavar="TYPE:NAME", help=f"principal to {side} (repeatable)")

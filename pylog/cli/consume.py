@@ -6,7 +6,8 @@
 
 ``--format`` placeholders: %t topic, %p partition, %o offset, %T timestamp (ms), %k key,
 %v value, %h headers (k=v,...), %% a percent sign; \\n and \\t are escapes. Each record
-is followed by a newline. Without --max-messages or --timeout-ms it runs until stopped.
+is followed by a newline. A null key or value prints as null, as kafka-console-consumer.sh
+prints it. Without --max-messages or --timeout-ms it runs until stopped.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ _TOKEN = re.compile(r"%[tpoTkvh%]|\\[nt\\]")
 def register(subparsers) -> None:
     parser = subparsers.add_parser("consume", help="print records of a topic",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--topic", required=True)
+    parser.add_argument("--topic", required=True, help="the topic to read")
     parser.add_argument("--partition", type=int, help="only this partition (default all)")
     parser.add_argument("--offset", default="latest",
                         help="earliest, latest, an offset N, or @ISO-TIMESTAMP (default latest)")
@@ -55,8 +56,9 @@ def compile_format(fmt: str):
         parts.append(fmt[pos:].encode())
     fields = {
         "%t": lambda topic, r: topic.encode(), "%o": lambda topic, r: str(r.offset).encode(),
-        "%T": lambda topic, r: str(r.timestamp).encode(), "%k": lambda topic, r: r.key or b"",
-        "%v": lambda topic, r: r.value or b"", "%%": lambda topic, r: b"%",
+        "%T": lambda topic, r: str(r.timestamp).encode(),
+        "%k": lambda topic, r: b"null" if r.key is None else r.key,
+        "%v": lambda topic, r: b"null" if r.value is None else r.value, "%%": lambda topic, r: b"%",
         "\\n": lambda topic, r: b"\n", "\\t": lambda topic, r: b"\t", "\\\\": lambda topic, r: b"\\",
         "%h": lambda topic, r: b",".join(k.encode() + b"=" + (v or b"") for k, v in r.headers),
     }

@@ -46,7 +46,7 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser("groups", help="list, describe, reset or delete consumer groups",
                                    description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=ACTIONS)
+    parser.add_argument("action", choices=ACTIONS, help="what to do: " + ", ".join(ACTIONS))
     parser.add_argument("--group", action="append", default=[],
                         help="group id (delete: repeatable)")
     parser.add_argument("--topic", action="append", default=[], metavar="TOPIC[:P,P...]",

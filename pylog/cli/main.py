@@ -13,8 +13,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
+from pylog.cli._help import make_plain
 from pylog.errors import PylogError
 
 # Modules in pylog.cli that provide a subcommand, in the order --help lists them.
@@ -51,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in SUBCOMMANDS:
         importlib.import_module(f"pylog.cli.{name}").register(subparsers)
+    make_plain(parser)
     return parser
 
 
@@ -60,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:
+        # Output piped into `head` and the like: the reader has what it wanted.
+        return _closed_pipe()
     except PylogError as exc:
         print(f"pylog {args.command}: error: {exc}", file=sys.stderr)
         return 1
@@ -68,9 +74,21 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
-        # Output piped into `head` and the like: not an error.
-        return 0
+
+
+def _closed_pipe() -> int:
+    """Exit status 0 once stdout's reader went away, with nothing printed at exit.
+
+    Python would flush stdout again when it exits and report the broken pipe there,
+    so stdout is pointed at /dev/null first.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is not a real file (tests capture it)
+        pass
+    return 0
 
 
 if __name__ == "__main__":

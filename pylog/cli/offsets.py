@@ -22,7 +22,7 @@ from pylog.timestamps import epoch_ms
 def register(subparsers) -> None:
     parser = subparsers.add_parser("offsets", help="print partition offsets at a time",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--topic", required=True)
+    parser.add_argument("--topic", required=True, help="the topic whose partitions to list")
     parser.add_argument("--partition", type=int, action="append",
                         help="only this partition (repeatable; default all)")
     parser.add_argument("--time", default="latest",

@@ -5,13 +5,17 @@
 
 Each line (without its newline) is one record. With ``--key-separator`` the text before
 the first separator is the key. Exits non-zero with one line on stderr if any record
-could not be delivered.
+could not be delivered. No record waits longer than ``--request-timeout-ms`` for a broker
+to answer (finding the topic, then delivering); while it waits, a line on stderr says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+import threading
+import time
 
 from pylog.cli._security import add_command_config_argument, security_from_args
 from pylog.cli.topics import INT32_MAX, add_bootstrap_argument, check_range, check_request_timeout
@@ -23,14 +27,16 @@ _CHECK_EVERY = 50_000
 def register(subparsers) -> None:
     parser = subparsers.add_parser("produce", help="send lines from stdin to a topic",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--topic", required=True)
+    parser.add_argument("--topic", required=True, help="the topic to send to")
     parser.add_argument("--key-separator", metavar="SEP",
                         help="split each line into KEY SEP VALUE at the first SEP")
     parser.add_argument("--partition", type=int, help="send every record to this partition")
     parser.add_argument("--compression", default="none", help="none, gzip, snappy, lz4 or zstd")
     parser.add_argument("--acks", default="1", help="0, 1 or all (default 1)")
-    parser.add_argument("--linger-ms", type=int, default=5)
-    parser.add_argument("--batch-size", type=int, default=16384)
+    parser.add_argument("--linger-ms", type=int, default=5, metavar="MS",
+                        help="wait up to this long to fill a batch before sending it (default 5)")
+    parser.add_argument("--batch-size", type=int, default=16384, metavar="BYTES",
+                        help="largest batch per partition, in bytes (default 16384)")
     add_bootstrap_argument(parser)
     add_command_config_argument(parser)
     parser.set_defaults(func=run)
@@ -48,10 +54,14 @@ def run(args, stdin=None) -> int:
     check_range("--batch-size", args.batch_size, 1, INT32_MAX)
     check_request_timeout(args)
     futures = []
+    # Finding the topic waits up to max_block_ms, delivering up to delivery_timeout_ms:
+    # both follow --request-timeout-ms, so an unreachable broker fails within it.
     with Producer(args.bootstrap_server, acks=args.acks, linger_ms=args.linger_ms,
                   batch_size=args.batch_size, compression=args.compression,
-                  request_timeout_ms=args.request_timeout_ms,
-                  security=security_from_args(args)) as producer:
+                  request_timeout_ms=args.request_timeout_ms, max_block_ms=args.request_timeout_ms,
+                  delivery_timeout_ms=args.request_timeout_ms + args.linger_ms,
+                  security=security_from_args(args)) as producer, \
+            WaitNotice(args.bootstrap_server, args.request_timeout_ms) as notice:
         for number, line in enumerate(lines, 1):
             line = line.rstrip(b"\n").rstrip(b"\r")
             key = None
@@ -61,14 +71,62 @@ def run(args, stdin=None) -> int:
                     producer.flush()
                     raise ConfigError("--key-separator", f"line {number} has no {args.key_separator!r}")
                 line = value
-            futures.append(producer.send(args.topic, line, key=key, partition=args.partition))
+            if number == 1:
+                with notice.waiting():
+                    futures.append(producer.send(args.topic, line, key=key, partition=args.partition))
+            else:
+                futures.append(producer.send(args.topic, line, key=key, partition=args.partition))
             if len(futures) >= _CHECK_EVERY:
-                producer.flush()
+                with notice.waiting():
+                    producer.flush()
                 _check(futures)
                 futures = []
-        producer.flush()
+        with notice.waiting():
+            producer.flush()
     _check(futures)
     return 0
+
+
+class WaitNotice:
+    """Says on stderr, once, when a call inside :meth:`waiting` has waited a second for
+    the brokers, so a producer facing an unreachable broker is not silent until its
+    timeout ends."""
+
+    def __init__(self, servers: str, timeout_ms: int, after_s: float = 1.0, stream=None) -> None:
+        self.servers, self.timeout_ms, self.after_s = servers, timeout_ms, after_s
+        self.stream = stream if stream is not None else sys.stderr
+        self._said = False
+        self._since: float | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="produce-wait-notice", daemon=True)
+
+    def __enter__(self) -> "WaitNotice":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @contextlib.contextmanager
+    def waiting(self):
+        with self._lock:
+            self._since = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._since = None
+
+    def _watch(self) -> None:
+        while not self._said and not self._stop.wait(0.1):
+            with self._lock:
+                late = self._since is not None and time.monotonic() - self._since >= self.after_s
+            if late:
+                self._said = True
+                print(f"pylog produce: waiting for {self.servers} to answer (giving up after "
+                      f"--request-timeout-ms {self.timeout_ms})", file=self.stream, flush=True)
 
 
 def _check(futures) -> None:

@@ -54,7 +54,7 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "partitions", help="reassign partition replicas to other brokers",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=["reassign"])
+    parser.add_argument("action", choices=["reassign"], help="reassign: move replicas")
     add_zookeeper_argument(parser)
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--generate", action="store_true",

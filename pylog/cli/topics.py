@@ -12,8 +12,9 @@ kafka-topics.sh).
 Records with a key may then go to another partition than before.
 
 ``describe`` prints what kafka-topics.sh --describe prints, tab-separated: per topic
+(Configs: those not at their defaults, such as a changed retention.ms)
 
-    Topic: events\tPartitionCount: 3\tReplicationFactor: 3
+    Topic: events\tPartitionCount: 3\tReplicationFactor: 3\tConfigs: retention.ms=60000
 
 and per partition (Leader "none" when it has none; Offline only when replicas are down)
 
@@ -66,7 +67,8 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser("topics", help="create, list, describe, alter or delete topics",
                                    description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=["create", "list", "describe", "alter", "delete"])
+    parser.add_argument("action", choices=["create", "list", "describe", "alter", "delete"],
+                        help="what to do: create, list, describe, alter or delete")
     parser.add_argument("--topic",
                         help="topic name (create, alter, delete; describe: one topic only)")
     parser.add_argument("--partitions", type=int,
@@ -123,10 +125,29 @@ def run(args) -> int:
                 print(name)
         else:
             topics = admin.describe_topics([args.topic] if args.topic else None)
+            filtered = args.under_replicated_partitions or args.unavailable_partitions
+            configs = None if filtered else {
+                topic.name: found for topic in topics
+                if (found := topic_overrides(admin, topic.name)) is not None}
             for line in describe_lines(topics, under_replicated=args.under_replicated_partitions,
-                                       unavailable=args.unavailable_partitions):
+                                       unavailable=args.unavailable_partitions, configs=configs):
                 print(line)
     return 0
+
+
+def topic_overrides(admin, topic: str) -> dict[str, str] | None:
+    """The topic's configs that are not the built-in defaults -- set on the topic or in
+    the broker's configuration -- as kafka-topics.sh --describe lists them; None when the
+    broker cannot describe configs (then the line has no Configs column)."""
+    from pylog.errors import UnsupportedVersionError
+    from pylog.protocol.configs import ConfigSource
+
+    try:
+        entries = admin.describe_configs("topic", topic, synonyms=False)
+    except UnsupportedVersionError:
+        return None
+    return {entry.name: "" if entry.value is None else entry.value
+            for entry in entries if entry.source != ConfigSource.DEFAULT_CONFIG}
 
 
 def check_alter_options(args) -> None:

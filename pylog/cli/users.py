@@ -35,7 +35,7 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser("users", help="add, list or delete SASL/SCRAM users",
                                    description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=["add", "delete", "list"])
+    parser.add_argument("action", choices=["add", "delete", "list"], help="what to do: add, delete or list")
     parser.add_argument("--user", metavar="NAME", help="add/delete: the user name")
     secret = parser.add_mutually_exclusive_group()
     secret.add_argument("--password-env", metavar="VAR",

@@ -15,8 +15,14 @@ One pass over a log whose ``cleanup.policy`` has ``compact`` (:meth:`Cleaner.cle
    which librdkafka would take for a message too large to fetch). A record stays
    if it is the newest of its key in the map (or its key is not in the map), except a
    record without a key, and a tombstone (null value) below ``end`` whose batch's newest
-   timestamp is older than ``delete.retention.ms``. Control batches (transaction markers)
-   are always kept, whole. Kept records keep their offsets and bytes
+   timestamp is older than ``delete.retention.ms``. Records of aborted transactions go
+   (and never enter the offset map): a transactional batch of a producer whose aborted
+   transaction, in the segments' ``.txnindex`` entries, spans its offset. Control batches
+   (transaction markers) are always kept, whole: Kafka removes them once
+   ``delete.retention.ms`` has passed after their transaction's data is gone; pylog keeps
+   them. The cleaned segment keeps the ``.txnindex`` entries of the segments it replaces.
+   Nothing at or above the last stable offset is cleaned, so every transaction in the
+   cleaned part is decided. Kept records keep their offsets and bytes
    (:mod:`pylog.records.filtering`); offsets whose batches went entirely are covered by
    the batch before them or by an empty batch, so segments stay contiguous.
 4. Each group's cleaned segment is written beside the originals and swapped in
@@ -29,12 +35,13 @@ dict of key bytes, so its memory is counted as key length plus ``MAP_ENTRY_OVERH
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple, Sequence
 
 from pylog.errors import CorruptRecordError, PylogError, TruncatedBatchError
 from pylog.log import layout, swap
@@ -43,7 +50,7 @@ from pylog.log.file_records import FileRecords
 from pylog.log.offset_index import OffsetIndex
 from pylog.log.segment import LogSegment
 from pylog.log.time_index import TimeIndex
-from pylog.log.transaction_index import TransactionIndex
+from pylog.log.transaction_index import AbortedTxn, TransactionIndex
 from pylog.records.filtering import empty_batch, retain_records, scan_records, with_last_offset_delta
 from pylog.records.header import LOG_OVERHEAD, BatchHeader, check_crc, read_batch_header
 
@@ -87,6 +94,7 @@ class CleanerView:
     truncations: int
     config: LogConfig
     last_stable_offset: int | None = None  # nothing at or above it is cleaned
+    aborted: tuple[AbortedTxn, ...] = ()  # every aborted transaction of the log
 
     def close(self) -> None:
         for snapshot in self.segments:
@@ -174,8 +182,10 @@ class Cleaner:
         view = target.cleaner_view()
         try:
             cleanable = cleanable_range(view, first_dirty, now_ms)
-            offset_map, end, read = self._build_offset_map(view, cleanable)
-            rules = _RetainRules(offset_map.get, end, now_ms - view.config.delete_retention_ms)
+            aborted = AbortedRanges(view.aborted)
+            offset_map, end, read = self._build_offset_map(view, cleanable, aborted)
+            rules = _RetainRules(offset_map.get, end, now_ms - view.config.delete_retention_ms,
+                                 aborted)
             doomed = [s for s in view.segments if s.base_offset < end]
             written, groups = 0, 0
             group: list[SegmentSnapshot] = []
@@ -206,8 +216,8 @@ class Cleaner:
 
     # -- the offset map ---------------------------------------------------------------------
 
-    def _build_offset_map(self, view: CleanerView,
-                          cleanable: CleanableRange) -> tuple[dict[bytes, int], int, int]:
+    def _build_offset_map(self, view: CleanerView, cleanable: CleanableRange,
+                          aborted: "AbortedRanges") -> tuple[dict[bytes, int], int, int]:
         """``(key -> newest offset, end of the mapped part, bytes read)``."""
         offsets: dict[bytes, int] = {}
         end, used, read = cleanable.first_dirty, 0, 0
@@ -222,7 +232,7 @@ class Cleaner:
                     return offsets, end, read
                 read += header.size
                 end = header.next_offset
-                if header.is_control or header.records_count == 0:
+                if header.is_control or header.records_count == 0 or aborted.holds(header):
                     continue
                 check_crc(buf, pos, header)
                 spans = scan_records(buf, pos, header)
@@ -238,14 +248,14 @@ class Cleaner:
 
     def _clean_segment(self, snapshot: SegmentSnapshot, writer: "_CleanedSegmentWriter",
                        rules: "_RetainRules") -> None:
-        latest, end, horizon_ms = rules
+        latest, end, horizon_ms, aborted = rules
         for buf, pos, header in _read_batches(snapshot):
             self._check_stop()
             check_crc(buf, pos, header)
             if header.is_control:
                 writer.keep(bytes(memoryview(buf)[pos:pos + header.size]), header)
                 continue
-            if header.records_count == 0:  # an empty batch from an earlier pass
+            if header.records_count == 0 or aborted.holds(header):  # emptied earlier, or aborted
                 writer.drop(header)
                 continue
             spans = scan_records(buf, pos, header)
@@ -262,6 +272,7 @@ class Cleaner:
     def _swap_in(self, target: "Log", view: CleanerView, group: list[SegmentSnapshot],
                  writer: "_CleanedSegmentWriter") -> int:
         """Finish the group's cleaned segment, fsync it and swap it in; returns its size."""
+        writer.keep_aborted([entry for s in group for entry in s.segment.txn_index.entries])
         writer.finish(group[-1].next_offset)
         size = writer.size
         base = group[0].base_offset
@@ -285,6 +296,28 @@ class _RetainRules(NamedTuple):
     latest: Callable[[bytes, int], int]  # the offset map's get
     end: int  # tombstones at or above this stay (their keys were not mapped)
     horizon_ms: int  # tombstones in batches older than this go
+    aborted: "AbortedRanges"  # batches of aborted transactions go
+
+
+class AbortedRanges:
+    """Which transactional batches belong to an aborted transaction: per producer, the
+    ``[first_offset, last_offset]`` ranges of its aborted transactions."""
+
+    def __init__(self, aborted: Sequence[AbortedTxn]) -> None:
+        ranges: dict[int, list[tuple[int, int]]] = {}
+        for entry in aborted:
+            ranges.setdefault(entry.producer_id, []).append((entry.first_offset, entry.last_offset))
+        self._firsts = {pid: [r[0] for r in sorted(rs)] for pid, rs in ranges.items()}
+        self._ranges = {pid: sorted(rs) for pid, rs in ranges.items()}
+
+    def holds(self, header: BatchHeader) -> bool:
+        if not self._ranges or not header.is_transactional:
+            return False
+        firsts = self._firsts.get(header.producer_id)
+        if firsts is None:
+            return False
+        i = bisect.bisect_right(firsts, header.base_offset) - 1
+        return i >= 0 and header.base_offset <= self._ranges[header.producer_id][i][1]
 
 
 def _open_cleaned(directory: Path, base: int, view: CleanerView, now_ms: int) -> LogSegment:
@@ -327,6 +360,11 @@ class _CleanedSegmentWriter:
         self._cover_gap(header.base_offset)
         self._write_pending()
         self._pending, self._pending_header = batch, header
+
+    def keep_aborted(self, entries: list[AbortedTxn]) -> None:
+        """The ``.txnindex`` entries of the replaced segments (their markers are kept)."""
+        for entry in entries:
+            self._segment.txn_index.append(entry)
 
     def drop(self, header: BatchHeader) -> None:
         self._gap_max_timestamp = max(self._gap_max_timestamp, header.max_timestamp)

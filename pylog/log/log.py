@@ -739,9 +739,11 @@ class Log:
             snapshots = [SegmentSnapshot(s, os.dup(s.records.fd), s.size, s.base_offset,
                                          s.next_offset, s.largest_timestamp)
                          for s in self._segments[:-1]]
+            aborted = tuple(entry for s in self._segments if not s.txn_index.is_empty
+                            for entry in s.txn_index.entries)
             return CleanerView(snapshots, self.active_segment.base_offset, self._log_start_offset,
                                self._replicated_hw, self._truncations, self.config,
-                               self._last_stable_locked(self.high_watermark))
+                               self._last_stable_locked(self.high_watermark), aborted)
 
     def replace_segments(self, old: Sequence[LogSegment], truncations: int) -> LogSegment:
         """Swap in the cleaned segment written (and fsynced) as ``<base>.*.cleaned`` for the

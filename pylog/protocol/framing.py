@@ -21,8 +21,8 @@ broker's versions can read them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import struct
+from typing import Any, NamedTuple
 
 from pylog.errors import InvalidRequestError, UnsupportedVersionError
 from pylog.protocol import primitives as p
@@ -30,18 +30,26 @@ from pylog.protocol.messages import MESSAGES, ApiKey
 from pylog.protocol.schema import ChunkedOutput, Message
 
 SIZE = p.INT32
+# api_key, api_version, correlation_id and the client_id's length: the fixed start of
+# every request header.
+_HEADER_START = struct.Struct(">hhih")
+_SIZE_AND_CORRELATION = struct.Struct(">ii")
+# (api_key, api_version) -> (request codec, flexible), for versions already decoded once.
+_REQUEST_CODECS: dict[tuple[int, int], tuple[Any, bool]] = {}
+# (api_key, api_version) -> (response codec, response header version).
+_RESPONSE_CODECS: dict[tuple[int, int], tuple[Any, int]] = {}
 
 
-@dataclass(frozen=True, slots=True)
-class RequestHeader:
+# Named tuples rather than frozen dataclasses: built once per request, and a frozen
+# dataclass's __init__ costs a call to object.__setattr__ per field.
+class RequestHeader(NamedTuple):
     api_key: int
     api_version: int
     correlation_id: int
     client_id: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
+class Request(NamedTuple):
     """A decoded request: its header and its body as a dict."""
 
     header: RequestHeader
@@ -103,9 +111,38 @@ def decode_request(payload) -> Request:
     Pass a memoryview to keep ``records`` fields zero-copy views into it.
     Raises InvalidRequestError or UnsupportedVersionError.
     """
-    header, offset = decode_request_header(payload)
-    codec = MESSAGES[header.api_key].request_codec(header.api_version)
+    # The common case in few steps: a version seen before, a well-formed client_id and
+    # no header tags; anything else takes the general path below.
+    try:
+        api_key, api_version, correlation_id, length = _HEADER_START.unpack_from(payload)
+        codec, flexible = _REQUEST_CODECS[api_key, api_version]
+    except (struct.error, KeyError):
+        return _decode_request_generally(payload)
+    if length == -1:
+        client_id, offset = None, 10
+    else:
+        offset = 10 + length
+        if length < 0 or offset > len(payload):
+            return _decode_request_generally(payload)
+        try:
+            client_id = str(payload[10:offset], "utf-8")
+        except UnicodeDecodeError:
+            return _decode_request_generally(payload)
+    if flexible:
+        if offset >= len(payload) or payload[offset] != 0:
+            return _decode_request_generally(payload)
+        offset += 1
     body, _ = codec.read(payload, offset)
+    return Request(RequestHeader(api_key, api_version, correlation_id, client_id), body)
+
+
+def _decode_request_generally(payload) -> Request:
+    header, offset = decode_request_header(payload)
+    message = MESSAGES[header.api_key]
+    codec = message.request_codec(header.api_version)
+    body, _ = codec.read(payload, offset)
+    _REQUEST_CODECS[header.api_key, header.api_version] = (
+        codec, message.is_flexible(header.api_version))
     return Request(header, body)
 
 
@@ -144,12 +181,20 @@ def encode_response_chunks(api_key: int, api_version: int, correlation_id: int,
     File regions (``records`` values with a ``length``) are left for the caller to send
     from the file; every other part is bytes.
     """
+    plan = _RESPONSE_CODECS.get((api_key, api_version))
+    if plan is None:
+        plan = _RESPONSE_CODECS[api_key, api_version] = (
+            message_for(api_key).response_codec(api_version),
+            response_header_version(api_key, api_version))
+    codec, header_version = plan
     out = ChunkedOutput()
-    out += b"\0\0\0\0"
-    p.write_int32(out, correlation_id)
-    if response_header_version(api_key, api_version) == 1:
-        p.write_tagged_fields(out, {})
-    message_for(api_key).response_codec(api_version).write(out, body)
+    out += _SIZE_AND_CORRELATION.pack(0, correlation_id)
+    if header_version == 1:
+        out.append(0)  # no tagged fields
+    codec.write(out, body)
+    if not out.regions:
+        SIZE.pack_into(out, 0, len(out) - 4)
+        return [bytes(out)], len(out)
     total = len(out) + sum(region.length for _, region in out.regions)
     SIZE.pack_into(out, 0, total - 4)
     return out.chunks(), total

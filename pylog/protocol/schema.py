@@ -27,7 +27,7 @@ from functools import lru_cache
 from typing import Any
 
 from pylog.protocol import primitives as p
-from pylog.protocol.codegen import FIXED_FORMATS, generate
+from pylog.protocol.codegen import FIXED_FORMATS, generate, generate_inline
 from pylog.protocol.primitives import Reader, Writer
 
 _UNSET = object()
@@ -169,6 +169,12 @@ class _Entry:
     write: Writer
     default: Any  # a value; copied before use when mutable
     fmt: str | None = None  # struct format character of a fixed-size type
+    # What the inlining code generator needs: "string", "records", "struct" ({}) or
+    # "structs" ([] of structs); other types keep calling ``read``/``write``.
+    kind: str = ""
+    compact: bool = False
+    nullable: bool = False
+    inner: "StructCodec | None" = None
 
     def fresh_default(self):
         value = self.default
@@ -233,7 +239,10 @@ def compile_struct(fields: tuple[F, ...], version: int, flexible: bool) -> Struc
         else:
             codec.entries.append(entry)
     codec.names = tuple(f.name for f in fields)
-    codec.read, codec.write = generate(codec)
+    # One function per struct (careful: precise errors), then one per message with the
+    # nested structs inlined, which hands any input it does not handle to the former.
+    codec.careful_read, codec.careful_write = generate(codec)
+    codec.read, codec.write = generate_inline(codec, codec.careful_read, codec.careful_write)
     return codec
 
 
@@ -244,15 +253,19 @@ def _compile_field(f: F, version: int, flexible: bool) -> _Entry:
         inner = compile_struct(f.fields, version, flexible)
         if f.type == "{}":
             default = inner.default_value() if f.default is _UNSET else f.default
-            return _Entry(f.name, inner.read, inner.write, default)
+            return _Entry(f.name, inner.read, inner.write, default, kind="struct",
+                          inner=inner)
         read, write = _array(inner.read, inner.write, compact, nullable)
+        return _Entry(f.name, read, write, [] if f.default is _UNSET else f.default,
+                      kind="structs", compact=compact, nullable=nullable, inner=inner)
     elif f.type.startswith("[]"):
         element_read, element_write, _ = _primitive(f.type[2:], compact, False)
         read, write = _array(element_read, element_write, compact, nullable)
     else:
         read, write, default = _primitive(f.type, compact, nullable)
+        kind = f.type if f.type in ("string", "records") else ""
         return _Entry(f.name, read, write, default if f.default is _UNSET else f.default,
-                      FIXED_FORMATS.get(f.type))
+                      FIXED_FORMATS.get(f.type), kind, compact, nullable)
     return _Entry(f.name, read, write, [] if f.default is _UNSET else f.default)
 
 

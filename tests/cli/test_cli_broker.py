@@ -20,7 +20,8 @@ def test_topic_commands(broker):
                "--config", "retention.ms=86400000", *bs) == "Created topic cli-topics.\n"
     assert "cli-topics" in _ok("topics", "list", *bs).splitlines()
     described = _ok("topics", "describe", "--topic", "cli-topics", *bs).splitlines()
-    assert described[0] == "Topic: cli-topics\tPartitionCount: 3\tReplicationFactor: 1"
+    assert described[0] == ("Topic: cli-topics\tPartitionCount: 3\tReplicationFactor: 1"
+                            "\tConfigs: retention.ms=86400000")
     assert described[3] == "\tTopic: cli-topics\tPartition: 2\tLeader: 0\tReplicas: 0\tIsr: 0"
     again = pylog("topics", "create", "--topic", "cli-topics", *bs)
     assert again.returncode == 1
@@ -38,12 +39,12 @@ def test_describe_prints_like_kafka_topics(broker):
     _ok("topics", "create", "--topic", "cli-described-a", "--partitions", "2", *bs)
     _ok("topics", "create", "--topic", "cli-described-b", *bs)
     one = _ok("topics", "describe", "--topic", "cli-described-a", *bs)
-    assert one == ("Topic: cli-described-a\tPartitionCount: 2\tReplicationFactor: 1\n"
+    assert one == ("Topic: cli-described-a\tPartitionCount: 2\tReplicationFactor: 1\tConfigs: \n"
                    "\tTopic: cli-described-a\tPartition: 0\tLeader: 0\tReplicas: 0\tIsr: 0\n"
                    "\tTopic: cli-described-a\tPartition: 1\tLeader: 0\tReplicas: 0\tIsr: 0\n")
     # Without --topic: every topic, sorted by name, in the same format.
     everything = _ok("topics", "describe", *bs)
-    assert one + "Topic: cli-described-b\tPartitionCount: 1\tReplicationFactor: 1\n" in everything
+    assert one + "Topic: cli-described-b\tPartitionCount: 1\tReplicationFactor: 1\tConfigs: \n" in everything
     for line in everything.splitlines():
         fields = dict(f.split(": ", 1) for f in line.strip("\t").split("\t"))
         if "Partition" in fields:  # RF 1 on one broker: the leader is the only replica

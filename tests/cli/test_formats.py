@@ -13,7 +13,7 @@ def test_format_placeholders_and_escapes():
     record = Record(42, 1_700_000_000_000, b"user-1", b"clicked", (("a", b"1"), ("b", None)))
     render = compile_format(r"%t/%p@%o %T %k=%v [%h] 100%%\t.")
     assert render("events", 3, record) == b"events/3@42 1700000000000 user-1=clicked [a=1,b=] 100%\t.\n"
-    assert compile_format("%k|%v")("t", 0, Record(0, 0, None, None)) == b"|\n"
+    assert compile_format("%k|%v")("t", 0, Record(0, 0, None, None)) == b"null|null\n"
     assert compile_format("%v")("t", 0, Record(0, 0, None, b"\xff\x00")) == b"\xff\x00\n"
 
 

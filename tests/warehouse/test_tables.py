@@ -95,4 +95,5 @@ def test_quarantine_rows_keep_their_offsets(warehouse):
 def test_bad_sql_is_a_query_error(warehouse, sql):
     with pytest.raises(QueryError) as caught:
         run_query(Storage.from_uri(warehouse.config.warehouse), sql)
-    assert "\n" not in str(caught.value)
+    # DuckDB's first line names the error; its hints and the LINE pointer follow.
+    assert str(caught.value).splitlines()[0].split(":")[0] in ("Catalog Error", "Parser Error", "Binder Error")
