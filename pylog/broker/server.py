@@ -224,6 +224,7 @@ class Broker:
         budget = self._budget = RequestBudget(config["queued.max.request.bytes"])
         self.txn_markers = TxnMarkerService(logs, self.clock)
         dispatcher.serve(txn_markers.API_KEY, txn_markers.VERSIONS, self.txn_markers.handle)
+        self.txn_markers.add_marker_listener(self.coordinator.on_transaction_completed)
         self._processors = [
             Processor(i, dispatcher, config["socket.request.max.bytes"], waiters.add,
                       waiters.remove, self.clock, budget, config["connections.max.idle.ms"])

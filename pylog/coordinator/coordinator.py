@@ -13,8 +13,8 @@ The protocol logic lives in ``membership`` (JoinGroup, SyncGroup, Heartbeat,
 LeaveGroup), ``offsets`` (OffsetCommit, OffsetFetch, deletion, expiry) and
 ``txn_offsets`` (TxnOffsetCommit and the transaction markers that settle it); this module
 gives them the group table, the lock, the clock and ``persist``. Transaction markers
-written to ``__consumer_offsets`` arrive through ``on_txn_marker`` from the thread that
-wrote them and are applied on the coordinator's thread. One lock guards all
+written to ``__consumer_offsets`` arrive through ``on_transaction_completed`` from the
+thread that wrote them and are applied on the coordinator's thread. One lock guards all
 groups: handlers run on the network threads and hold it for microseconds.
 """
 
@@ -134,8 +134,8 @@ class GroupCoordinator:
         if self._deleted_topics:
             self._kick.set()
 
-    def on_txn_marker(self, topic: str, partition: int, producer_id: int, commit: bool,
-                      marker_offset: int) -> None:
+    def on_transaction_completed(self, topic: str, partition: int, producer_id: int,
+                                 commit: bool, marker_offset: int) -> None:
         """A COMMIT (``commit``) or ABORT marker of ``producer_id`` was written at
         ``marker_offset`` and replicated. Any thread may call this; the marker is applied
         at the coordinator's next round, which it starts at once."""

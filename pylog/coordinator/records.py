@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from pylog.errors import CorruptMessageError, InvalidRequestError
 from pylog.protocol.schema import F, compile_struct
+from pylog.records import control
 
 _VERSION = struct.Struct(">h")
 
@@ -200,9 +201,9 @@ def decode_group_value(buf: bytes) -> GroupValue:
                       value["leader"], value["current_state_timestamp"], members)
 
 
-CONTROL_ABORT = 0
-CONTROL_COMMIT = 1
-_CONTROL_KEY = struct.Struct(">hh")
+CONTROL_ABORT = control.ABORT
+CONTROL_COMMIT = control.COMMIT
+_CONTROL_KEY = struct.Struct(">hh")  # the layout is in pylog.records.control
 
 
 def decode_control_type(key: bytes | None) -> int:

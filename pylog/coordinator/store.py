@@ -10,7 +10,13 @@ NOT_COORDINATOR, a short ISR COORDINATOR_NOT_AVAILABLE, a slow ISR REQUEST_TIMED
 Offsets a transaction commits are appended as a transactional batch carrying the
 producer's id and epoch, so the transaction's COMMIT or ABORT marker (a control batch
 written later by the transaction coordinator) settles them; ``read_batches`` hands the
-loader every batch, control batches included, with its header.
+loader every batch, control batches included, with its header. The log checks a
+producer's batches by sequence number (a repeated one is a duplicate, not written), so
+each such batch continues the producer's sequence in the partition, as the producer's own
+next batch would: the coordinator is the only writer of a producer's records in
+``__consumer_offsets`` (clients may not produce there) and appends under its lock. The
+log's epoch check still refuses a fenced producer (INVALID_PRODUCER_EPOCH). (Kafka appends
+these batches as the coordinator, exempt from sequence checks, with sequence 0.)
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from pylog.cluster.metadata import ClusterMetadata
 from pylog.errors import (
     KafkaError, NotEnoughReplicasError, NotLeaderOrFollowerError, RequestTimedOutError,
     UnknownServerError, UnknownTopicOrPartitionError)
+from pylog.log.producer_state import next_sequence
 from pylog.records.batch import BatchBuilder, decode_batch, iter_batches, next_offset_after
 from pylog.records.compression import Compression
 from pylog.records.header import BatchHeader
@@ -125,15 +132,18 @@ class OffsetsTopicStore:
         CoordinatorNotAvailableError when its ISR is below ``min.insync.replicas``; the
         log's own errors (a fenced producer epoch) pass through.
         """
-        builder = (BatchBuilder(compression=Compression.NONE) if producer is None else
-                   BatchBuilder(compression=Compression.NONE, is_transactional=True,
-                                producer_id=producer.producer_id,
-                                producer_epoch=producer.producer_epoch))
-        for key, value in records:
-            builder.append(key, value, (), timestamp_ms)
-        batch = builder.build()
         tp = offsets_tp(partition)
         try:
+            if producer is None:
+                builder = BatchBuilder(compression=Compression.NONE)
+            else:
+                builder = BatchBuilder(
+                    compression=Compression.NONE, is_transactional=True,
+                    producer_id=producer.producer_id, producer_epoch=producer.producer_epoch,
+                    base_sequence=self._next_sequence(partition, producer))
+            for key, value in records:
+                builder.append(key, value, (), timestamp_ms)
+            batch = builder.build()
             if self.logs.replicas is None:
                 info = self.logs.leader_log(OFFSETS_TOPIC, partition).append(batch)
                 replica, epoch, deadline = None, 0, 0.0
@@ -151,6 +161,18 @@ class OffsetsTopicStore:
                                      f"of producer {producer} (taken for a duplicate)")
         return AppendTicket(partition, replica, epoch, info.last_offset + 1, deadline,
                             info.first_offset)
+
+    def _next_sequence(self, partition: int, producer: TxnProducer) -> int:
+        """The base sequence of the producer's next batch in the partition: 0 in a new
+        epoch, else one past its last batch's."""
+        state = self.logs.replica_log(OFFSETS_TOPIC, partition).producer_state(
+            producer.producer_id)
+        if state is None:
+            return 0
+        epoch, batches = state
+        if epoch != producer.producer_epoch or not batches:
+            return 0  # a newer epoch starts at 0; an older one is refused by the log
+        return next_sequence(batches[-1].last_seq)
 
     def read_batches(self, partition: int) -> Iterator[tuple[BatchHeader, list[Record]]]:
         """Every batch of a partition this broker leads, control batches included, with
