@@ -95,13 +95,30 @@ def run_load(config: LoaderConfig, spark, request: LoadRequest) -> list[AuditEnt
                    if request.kind != BACKFILL else None)
         for topic in selected:
             with TableLockHolder(state, topic.table, run_id, request.kind, config.lock_timeout_seconds) as lock:
-                audits += _load_table(config, spark, request, run_id, topic, state.guarded(lock.check),
-                                      warehouse, consumer, offsets)
+                try:
+                    audits += _load_table(config, spark, request, run_id, topic, state.guarded(lock.check),
+                                          warehouse, consumer, offsets)
+                except (PylogError, OSError) as exc:
+                    if not isinstance(exc, TableLockedError):  # another run owns the table now
+                        record_failure(state, topic.table, run_id, exc)
+                    raise
             if request.kind != BACKFILL:
                 publish_progress(topic, state, consumer)
     finally:
         consumer.close()
     return audits
+
+
+def record_failure(state: StateStore, table: str, run_id: str, exc: BaseException) -> None:
+    """Note the error on the table's pending run (this run, or the one it was finishing),
+    for ``pylog status``. A storage failure here is logged, never raised over ``exc``."""
+    failed = run_id
+    try:
+        failed = state.pending_run(table) or run_id
+        if state.read_plan(table, failed) is not None:
+            state.record_failure(table, failed, f"{type(exc).__name__}: {exc}")
+    except (PylogError, OSError) as note_error:
+        log.warning("table %s: could not record the failure of run %s: %s", table, failed, note_error)
 
 
 def publish_progress(topic: TopicConfig, state: StateStore, consumer: SimpleConsumer) -> bool:

@@ -27,6 +27,10 @@ state URI::
     tables/<table>/runs/<run>/swap.json          backfill: the partitions being replaced
     tables/<table>/runs/<run>/publish.json       scheduled: the staged files being published
     tables/<table>/runs/<run>/committed.json     the run is finished
+    tables/<table>/runs/<run>/failed.json        {"run_id", "at_ms", "error"}: the last
+                                                 attempt of a pending run failed (what
+                                                 ``pylog status`` reports; a rerun that
+                                                 commits makes it moot)
     tables/<table>/audit/<committed_at_ms>-<run>.json   AuditEntry (the full history)
     tables/<table>/audit-index/<seq>.json        versioned: the newest RECENT_AUDITS entries
                                                  and the newest entry of each kind, so a
@@ -207,6 +211,15 @@ class StateStore:
         self._check_guard()
         self.storage.write_atomic(self._run(table, run_id, "committed.json"),
                                   json.dumps({"run_id": run_id, "at_ms": self.now_ms()}).encode())
+
+    def record_failure(self, table: str, run_id: str, error: str) -> None:
+        """Note that an attempt of ``run_id`` failed with ``error`` (replaces an older note)."""
+        body = {"run_id": run_id, "at_ms": self.now_ms(), "error": error}
+        self.storage.write_atomic(self._run(table, run_id, "failed.json"), json.dumps(body).encode())
+
+    def read_failure(self, table: str, run_id: str) -> dict | None:
+        """``{"run_id", "at_ms", "error"}`` of the last failed attempt of ``run_id``, or None."""
+        return self._read(self._run(table, run_id, "failed.json"), json.loads)
 
     # -- audits --------------------------------------------------------------------------
 

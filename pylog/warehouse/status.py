@@ -6,8 +6,9 @@
   offset (the loader's ``earliest`` policy); offsets may have gaps, so lag is an upper
   bound on the records still to load.
 
-Together with each table's last audit entry this is what ``pylog status`` prints and
-what the DAG's audit task checks against its lag bound. The last entry comes from the
+Together with each table's last audit entry this is what the DAG's audit task checks
+against its lag bound; ``pylog status`` builds its report on it (:mod:`pylog.warehouse.report`,
+which also works when no broker answers). The last entry comes from the
 state store's audit index (one file, however many runs); ``pylog status --history``
 adds every entry still kept (:func:`format_history`, one file per run).
 
@@ -19,7 +20,7 @@ Usage::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from pylog.etl.config import LoaderConfig
@@ -33,15 +34,29 @@ from pylog.warehouse.render import human_bytes, text_table, utc_ms
 class PartitionStatus:
     topic: str
     partition: int
-    earliest_offset: int
-    latest_offset: int
+    earliest_offset: int | None
+    """None (as ``latest_offset``) when no broker answered: the lag is unknown."""
+    latest_offset: int | None
     committed_offset: int | None
     """None before the table's first committed load."""
+    next_timestamp_ms: int | None = None
+    """Log timestamp of the first record not loaded yet (None: nothing to load, or unknown)."""
 
     @property
-    def lag(self) -> int:
+    def lag(self) -> int | None:
+        """Offsets not loaded yet; None when no broker answered."""
+        if self.latest_offset is None or self.earliest_offset is None:
+            return None
         start = self.earliest_offset if self.committed_offset is None else self.committed_offset
         return max(0, self.latest_offset - max(start, self.earliest_offset))
+
+    def lag_seconds(self, now_ms: int) -> float | None:
+        """How old the oldest record not loaded yet is: 0 without lag, None when unknown."""
+        if self.lag == 0:
+            return 0.0
+        if self.next_timestamp_ms is None:
+            return None
+        return max(0.0, (now_ms - self.next_timestamp_ms) / 1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,10 +65,13 @@ class TableStatus:
     topic: str
     partitions: tuple[PartitionStatus, ...]
     last_audit: AuditEntry | None
+    broker_error: str | None = None
+    """Why the brokers could not tell the latest offsets (the lag is then unknown)."""
 
     @property
-    def lag(self) -> int:
-        return sum(p.lag for p in self.partitions)
+    def lag(self) -> int | None:
+        lags = [p.lag for p in self.partitions]
+        return None if self.broker_error or any(lag is None for lag in lags) else sum(lags)
 
 
 def collect_status(config: LoaderConfig, topics: list[str] | None = None,
@@ -77,16 +95,35 @@ def collect_status(config: LoaderConfig, topics: list[str] | None = None,
         consumer.close()
 
 
-def _table_status(table: str, topic: str, consumer, state: StateStore) -> TableStatus:
+def _table_status(table: str, topic: str, consumer, state: StateStore,
+                  timestamps: bool = False) -> TableStatus:
     committed = state.committed_offsets(table)
-    partitions = tuple(
-        PartitionStatus(topic=topic, partition=partition,
-                        earliest_offset=consumer.earliest_offset(topic, partition),
-                        latest_offset=consumer.latest_offset(topic, partition),
-                        committed_offset=committed.get(partition))
-        for partition in consumer.partitions_for(topic))
-    return TableStatus(table=table, topic=topic, partitions=partitions,
+    partitions = []
+    for partition in consumer.partitions_for(topic):
+        status = PartitionStatus(topic=topic, partition=partition,
+                                 earliest_offset=consumer.earliest_offset(topic, partition),
+                                 latest_offset=consumer.latest_offset(topic, partition),
+                                 committed_offset=committed.get(partition))
+        if timestamps and status.lag:
+            start = max(status.earliest_offset, status.committed_offset or 0)
+            status = replace(status, next_timestamp_ms=_first_timestamp(consumer, topic, partition, start))
+        partitions.append(status)
+    return TableStatus(table=table, topic=topic, partitions=tuple(partitions),
                        last_audit=state.latest_audit(table))
+
+
+def _first_timestamp(consumer, topic: str, partition: int, offset: int) -> int | None:
+    """Log timestamp of the first record at or after ``offset`` (one small fetch)."""
+    records = consumer.fetch(topic, partition, offset, max_bytes=65536, max_wait_ms=0).records
+    return records[0].timestamp if records else None
+
+
+def offline_status(table: str, topic: str, state: StateStore, error: str) -> TableStatus:
+    """What the state store alone knows of a table: committed offsets, the last run."""
+    return TableStatus(table=table, topic=topic,
+                       partitions=tuple(PartitionStatus(topic, partition, None, None, offset)
+                                        for partition, offset in sorted(state.committed_offsets(table).items())),
+                       last_audit=state.latest_audit(table), broker_error=error)
 
 
 def format_status(statuses: list[TableStatus], tablefmt: str = "simple") -> str:
@@ -126,12 +163,3 @@ def format_history(history: dict[str, list[AuditEntry]], tablefmt: str = "simple
             for table, audits in history.items() for a in audits]
     return text_table(["table", "run", "kind", "committed at", "fetched", "written", "quarantined",
                        "gaps", "read", "seconds"], rows, tablefmt)
-
-
-def status_page(statuses: list[TableStatus]) -> str:
-    """A small self-contained HTML page with the same tables."""
-    body = format_status(statuses, tablefmt="html")
-    return ("<!doctype html><html><head><meta charset='utf-8'><title>pylog status</title>"
-            "<style>body{font-family:sans-serif}table{border-collapse:collapse;margin:1em 0}"
-            "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}</style></head>"
-            f"<body><h1>pylog status</h1>{body}</body></html>\n")
