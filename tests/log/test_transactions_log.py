@@ -296,3 +296,21 @@ def test_the_lso_and_the_aborted_list_match_a_model(tmp_path_factory, operations
         assert log.last_stable_offset == min([hw] + unstable)
         assert log.aborted_transactions(0, log.log_end_offset + 1) == aborted
     log.close()
+
+
+def test_a_follower_builds_the_same_transaction_state(tmp_path, clock):
+    leader, expected, open_first = _three_segments(tmp_path / "leader", clock)
+    follower = Log.open(tmp_path / "follower", leader.config, clock)
+    offset = 0
+    while offset < leader.log_end_offset:  # as the replica fetcher copies the leader's batches
+        data = _read_region(leader, offset)
+        follower.append_as_follower(data)
+        offset = follower.log_end_offset
+    end = leader.log_end_offset
+    assert follower.aborted_transactions(0, end) == leader.aborted_transactions(0, end) == expected
+    assert follower.open_transactions() == leader.open_transactions() == {open_first: 3}
+    assert follower.last_stable_offset == leader.last_stable_offset == open_first
+    follower.truncate_to(expected[1].last_offset)  # the new leader's log ends before the marker
+    assert follower.aborted_transactions(0, end) == expected[:1]
+    leader.close()
+    follower.close()
