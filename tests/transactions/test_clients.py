@@ -86,3 +86,31 @@ def test_a_killed_producers_transaction_is_aborted_after_its_timeout(broker, top
     aborted = describe(broker.bootstrap, "killed")
     assert aborted["transaction_state"] == "CompleteAbort"
     assert aborted["producer_epoch"] == opened["producer_epoch"] + 1  # the producer is fenced
+
+
+def test_offsets_sent_with_a_transaction_commit_and_abort_with_it(broker, topics):
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topic("txn-offsets", num_partitions=1)
+    producer = transactional(broker.bootstrap, "offsets")
+    reader = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap,
+                                       "group.id": "txn-group", "enable.auto.commit": False,
+                                       "log_level": 2})
+    metadata = reader.consumer_group_metadata()
+    partition = [confluent_kafka.TopicPartition("txn-offsets", 0)]
+
+    def send_offset(offset: int, commit: bool) -> None:
+        producer.begin_transaction()
+        producer.produce("txn-offsets", value=b"x", partition=0)
+        producer.send_offsets_to_transaction(
+            [confluent_kafka.TopicPartition("txn-offsets", 0, offset)], metadata, 30)
+        (producer.commit_transaction if commit else producer.abort_transaction)(60)
+
+    try:
+        send_offset(5, commit=True)
+        assert reader.committed(partition, 30)[0].offset == 5
+        send_offset(9, commit=False)
+        assert reader.committed(partition, 30)[0].offset == 5
+        state = describe(broker.bootstrap, "offsets")
+        assert state["transaction_state"] == "CompleteAbort"
+    finally:
+        reader.close()
