@@ -2,7 +2,9 @@
 requests, markers as raw WriteTxnMarkers requests (the transaction coordinator's job), read
 by confluent-kafka and kafka-python consumers with isolation read_committed and
 read_uncommitted, ListOffsets by isolation, and a restart (clean, then SIGKILL) keeping the
-last stable offset and the aborted transactions."""
+last stable offset and the aborted transactions; in a two-broker cluster, markers wait for
+the follower, and after the leader's SIGKILL the new leader has the same LSO and aborted
+transactions."""
 
 from __future__ import annotations
 
@@ -17,11 +19,17 @@ from pylog.protocol import ApiKey
 from pylog.records import build_batch
 from pylog.records.control import TxnMarker, build_marker_batch
 from pylog.testing.broker import BrokerProcess
+from pylog.testing.zookeeper import zk_chroot_fixture, zookeeper_fixture
 from tests.broker.wire import WireClient, create_body, fetch_body, produce_body
+from tests.cluster.cluster_helpers import LocalCluster
+from tests.cluster.conftest import wait_until
 
 INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED = 47, 52
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED, INVALID_RECORD = 53, 87
 READ_COMMITTED = 1
+
+zookeeper = zookeeper_fixture()
+zk_connect = zk_chroot_fixture()
 
 
 @pytest.fixture(scope="module")
@@ -249,3 +257,33 @@ def test_a_restart_keeps_the_last_stable_offset_and_the_aborted_transactions(bro
     with WireClient(broker.bootstrap) as wire:
         assert _state(wire, topic) == before
     assert confluent_values(broker.bootstrap, topic, "read_committed", 3) == [b"a1", b"a2", b"p1"]
+
+
+def test_a_new_leader_has_the_same_last_stable_offset_and_aborted_transactions(tmp_path, zk_connect):
+    cluster = LocalCluster(tmp_path, zk_connect, broker_ids=(1, 2),
+                           extra={"offsets.topic.replication.factor": 2}).start()
+    try:
+        topic = f"txn-failover-{uuid.uuid4().hex[:6]}"
+        with WireClient(cluster.bootstrap(1)) as wire:
+            body = create_body(topic, 1)
+            body["topics"][0]["replication_factor"] = 2
+            assert wire.call(ApiKey.CREATE_TOPICS, 4, body)["topics"][0]["error_code"] == 0
+        leader = wait_until(lambda: cluster.leaders(1, topic).get(0, -1) > 0 and cluster.leaders(1, topic)[0],
+                            message="a leader")
+        follower = 3 - leader
+        with WireClient(cluster.bootstrap(leader)) as wire:
+            a, b = producer_id(wire), producer_id(wire)
+            assert produce(wire, topic, txn_batch(a, 0, [b"a1"]))["error_code"] == 0
+            assert produce(wire, topic, plain_batch([b"p1"]), None)["error_code"] == 0
+            assert write_marker(wire, topic, a, commit=False) == 0  # answered once replicated
+            assert produce(wire, topic, txn_batch(b, 0, [b"b1"]))["error_code"] == 0
+            assert produce(wire, topic, plain_batch([b"p2"]), None)["error_code"] == 0
+            before = _state(wire, topic)
+        assert before == (5, 3, [{"producer_id": a, "first_offset": 0}])
+        cluster.brokers[leader].kill()
+        wait_until(lambda: cluster.leaders(follower, topic).get(0) == follower, timeout=30,
+                   message="the follower to lead")
+        with WireClient(cluster.bootstrap(follower)) as wire:
+            wait_until(lambda: _state(wire, topic) == before, message="the new leader's state")
+    finally:
+        cluster.close()
