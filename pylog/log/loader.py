@@ -96,14 +96,14 @@ def load_segments(directory: Path, config: LogConfig, now_ms: int, *, recovery_p
             break
         cut = 0
         if i >= recover_from or not indexes_present:
-            cut = segment.recover(RECOVERY_MAX_BATCH)
+            cut = _recover(segment)
             recovered.append(segment)
         else:
             try:
                 segment.load()
             except (CorruptIndexError, CorruptRecordError) as exc:
                 log.warning("%s: rebuilding indexes (%s)", directory, exc)
-                cut = segment.recover(RECOVERY_MAX_BATCH)
+                cut = _recover(segment)
                 recovered.append(segment)
         truncated += cut
         segments.append(segment)
@@ -119,6 +119,13 @@ def load_segments(directory: Path, config: LogConfig, now_ms: int, *, recovery_p
         segment.seal()
     segments[-1].make_active()
     return LoadedSegments(segments, truncated, recovered)
+
+
+def _recover(segment: LogSegment) -> int:
+    """Re-validate a segment; its transaction index is emptied, for
+    :func:`load_producer_state` to rebuild from the markers."""
+    segment.txn_index.reset()
+    return segment.recover(RECOVERY_MAX_BATCH)
 
 
 def _open_rest(directory: Path, bases: list[int], config: LogConfig, now_ms: int) -> list[LogSegment]:
@@ -158,17 +165,17 @@ def _all_headers(directory: Path, segments: list[LogSegment]) -> Iterator[BatchH
 
 
 def load_producer_state(directory: Path, segments: list[LogSegment],
-                        rebuild_txn_index_from: int | None = None) -> ProducerStateManager:
+                        rebuild_txn_index: frozenset[int] = frozenset()) -> ProducerStateManager:
     """The producer state of the whole log: the newest snapshot at or below the log end,
     then every batch header after it (headers only; markers are decoded). Snapshots above
     the end, left by a truncation or a crash, are deleted first.
 
-    With ``rebuild_txn_index_from`` (the base offset of the first re-validated segment,
-    whose transaction indexes were emptied), the replay starts at or below it and adds an
-    entry to those segments' indexes for each ABORT marker."""
+    ``rebuild_txn_index`` holds the base offsets of the re-validated segments, whose
+    transaction indexes were emptied: the replay then starts at or below the first of
+    them and adds an entry to their indexes for each ABORT marker in them."""
     end = segments[-1].next_offset
     delete_snapshots(directory, above=end)
-    up_to = end if rebuild_txn_index_from is None else min(end, rebuild_txn_index_from)
+    up_to = min(end, min(rebuild_txn_index, default=end))
     loaded = load_latest_snapshot(directory, up_to)
     start, state = loaded if loaded is not None else (segments[0].base_offset, ProducerStateManager())
     if start >= end:
@@ -176,7 +183,7 @@ def load_producer_state(directory: Path, segments: list[LogSegment],
     first = max(0, bisect.bisect_right([s.base_offset for s in segments], start) - 1)
     try:
         for segment in segments[first:]:
-            rebuild = rebuild_txn_index_from is not None and segment.base_offset >= rebuild_txn_index_from
+            rebuild = segment.base_offset in rebuild_txn_index
             for position, header in segment.records.headers():
                 if header.base_offset < start or header.producer_id < 0:
                     continue

@@ -141,8 +141,8 @@ class Log:
         if loaded.bytes_truncated:
             log.warning("%s: recovery truncated %d bytes", directory, loaded.bytes_truncated)
         epochs = load_leader_epochs(directory, loaded.segments)
-        rebuild_from = min((s.base_offset for s in loaded.recovered), default=None)
-        producers = load_producer_state(directory, loaded.segments, rebuild_from)
+        producers = load_producer_state(directory, loaded.segments,
+                                        frozenset(s.base_offset for s in loaded.recovered))
         return cls(directory, config, clock, loaded.segments, log_start_offset, loaded.bytes_truncated,
                    epochs, producers)
 

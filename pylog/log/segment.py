@@ -189,11 +189,10 @@ class LogSegment:
 
     def recover(self, max_batch_size: int) -> int:
         """Re-validate every batch, truncate at the first invalid one and rebuild both
-        indexes. The transaction index is emptied: the loader rebuilds it from the markers
-        as it replays the producer state. Returns the number of bytes truncated."""
+        indexes. Returns the number of bytes truncated. (The transaction index is the
+        loader's: it rebuilds it from the markers as it replays the producer state.)"""
         self.offset_index.reset()
         self.time_index.reset()
-        self.txn_index.reset()
         self.offset_index.resize(self._max_index_size)
         self.time_index.resize(self._max_index_size)
         self._reset_state()

@@ -314,3 +314,18 @@ def test_a_follower_builds_the_same_transaction_state(tmp_path, clock):
     assert follower.aborted_transactions(0, end) == expected[:1]
     leader.close()
     follower.close()
+
+
+def test_a_segment_rebuilt_after_a_clean_shutdown_gets_its_aborted_entries_back(tmp_path, clock):
+    directory = tmp_path / "t-0"
+    log, expected, open_first = _three_segments(directory, clock)
+    end = log.log_end_offset
+    bases = [s.base_offset for s in log.segments]
+    log.close()
+    holding_first_abort = max(b for b in bases if b <= expected[0].last_offset)
+    layout.index_file(directory, holding_first_abort).unlink()  # forces that segment's recovery
+    layout.txn_index_file(directory, holding_first_abort).unlink()
+    reopened = Log.open(directory, log.config, clock, had_clean_shutdown=True, recovery_point=end)
+    assert reopened.aborted_transactions(0, end) == expected
+    assert reopened.last_stable_offset == open_first
+    reopened.close()
