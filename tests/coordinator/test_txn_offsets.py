@@ -11,6 +11,7 @@ a SIGKILL and a restart, for committed, aborted and still-open transactions.
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 from confluent_kafka import (
@@ -18,6 +19,8 @@ from confluent_kafka import (
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 
+from pylog.broker.config import BrokerConfig
+from pylog.broker.server import Broker
 from pylog.coordinator.codes import (
     FENCED_INSTANCE_ID, ILLEGAL_GENERATION, INVALID_GROUP_ID, UNKNOWN_MEMBER_ID,
     UNKNOWN_TOPIC_OR_PARTITION, UNSTABLE_OFFSET_COMMIT)
@@ -32,7 +35,8 @@ from pylog.records.header import CONTROL_BIT, TRANSACTIONAL_BIT, BatchHeader
 from pylog.records.record import Record
 from pylog.testing.broker import BrokerProcess
 from tests.broker.wire import WireClient, create_body
-from tests.coordinator.members import Member, commit, form_group, wait_for_coordinator, wait_until
+from tests.coordinator.members import (
+    Member, commit, form_group, list_groups, wait_for_coordinator, wait_until)
 
 GROUP = "g"
 
@@ -356,6 +360,70 @@ def test_consume_transform_produce_commits_only_with_its_transactions(broker, wi
         assert kafka_python_committed(broker, group, [0], topic=source) == {0: 3}
     finally:
         consumer.close()
+
+
+class WallClock:
+    """Epoch milliseconds that move only when the test says (retention is in minutes)."""
+
+    def __init__(self, now_ms: int) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+def test_pending_offsets_outlive_retention_and_go_with_their_group(tmp_path):
+    """An offset with a transaction's offset pending does not expire, and a group with
+    only pending offsets stays, until the transaction ends; deleting the group drops them,
+    also for a reload that reads the transaction's COMMIT after the group's tombstones.
+    In-process broker on an injected wall clock, so a minute of retention passes at once."""
+    start_ms = int(time.time() * 1000)  # records as recent as the log's own clock
+    wall = WallClock(start_ms)
+
+    def start() -> Broker:
+        config = BrokerConfig.from_mapping({
+            "listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path / "logs"),
+            "offsets.topic.num.partitions": "1", "offsets.retention.minutes": "1",
+            "offsets.retention.check.interval.ms": "20"})
+        return Broker(config, wall_ms=wall).start()
+
+    in_process = start()
+    try:
+        with WireClient("%s:%d" % in_process.address) as wire:
+            wait_for_coordinator(wire, 1)
+            created = wire.call(ApiKey.CREATE_TOPICS, 4, create_body(TOPIC, 2))
+            assert created["topics"][0]["error_code"] == 0, created
+            kept, doomed = new_producer(wire), new_producer(wire)
+            assert commit(wire, "tool", {(TOPIC, 0): 5, (TOPIC, 1): 6}) == {
+                (TOPIC, 0): 0, (TOPIC, 1): 0}
+            wall.now_ms = start_ms + 50_000  # the transactions commit offsets 50 s later
+            assert txn_commit(wire, "tool", kept, {0: 7}) == {0: 0}
+            assert txn_commit(wire, "pending-only", kept, {0: 3}) == {0: 0}
+            assert txn_commit(wire, "deleted", doomed, {1: 4}) == {1: 0}
+
+            wall.now_ms = start_ms + 70_000  # past the retention of the plain commits
+            wait_until(lambda: fetch_stable(wire, "tool", [1]) == {1: (-1, 0)},
+                       what="the plain offset to expire")
+            assert fetch_stable(wire, "tool", [0]) == {0: (-1, UNSTABLE)}
+            assert "pending-only" in list_groups(wire)
+            end_txn(wire, kept, commit=True)
+            assert settled(wire, "tool", [0, 1]) == {0: 7, 1: -1}
+            assert settled(wire, "pending-only", [0]) == {0: 3}
+
+            response = wire.call(ApiKey.DELETE_GROUPS, 2, {"groups_names": ["deleted"]})
+            assert response["results"][0]["error_code"] == 0, response
+            end_txn(wire, doomed, commit=True)
+            assert settled(wire, "deleted", [1]) == {1: -1}
+    finally:
+        in_process.stop()
+    in_process = start()
+    try:
+        with WireClient("%s:%d" % in_process.address) as wire:
+            wait_for_coordinator(wire, 1)
+            assert fetch_stable(wire, "deleted", [1]) == {1: (-1, 0)}
+            assert fetch_stable(wire, "tool", [0, 1]) == {0: (7, 0), 1: (-1, 0)}
+    finally:
+        in_process.stop()
 
 
 def test_committed_aborted_and_open_transactions_survive_a_crash(broker, wire):
