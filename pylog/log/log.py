@@ -60,7 +60,7 @@ from pylog.log.loader import (
     replay_marker)
 from pylog.log.producer_snapshot import delete_snapshots, write_snapshot
 from pylog.log.producer_state import BatchMetadata, ProducerStateManager
-from pylog.log.transaction_index import AbortedTxn
+from pylog.log.transaction_index import AbortedTxn, collect_aborted
 from pylog.log.results import AppendInfo, FileRegion, ReadResult
 from pylog.log.retention import count_deletable
 from pylog.log.segment import LogSegment
@@ -595,15 +595,8 @@ class Log:
         """Aborted transactions overlapping ``[fetch_offset, upper_bound)``: their markers
         are at or after ``fetch_offset``, so the search starts at the segment holding it and
         stops at an entry whose last stable offset reaches ``upper_bound``."""
-        found: list[AbortedTxn] = []
-        for segment in self._segments[first_segment:]:
-            if segment.txn_index.is_empty:
-                continue
-            entries, complete = segment.txn_index.collect(fetch_offset, upper_bound)
-            found.extend(entries)
-            if complete:
-                break
-        return found
+        return collect_aborted((s.txn_index for s in self._segments[first_segment:]),
+                               fetch_offset, upper_bound)
 
     def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
         """The aborted transactions overlapping offsets ``[fetch_offset, upper_bound)``

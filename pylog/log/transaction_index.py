@@ -27,6 +27,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 from pylog.log import layout
 from pylog.log.index import CorruptIndexError
@@ -63,6 +64,22 @@ def decode_entries(buf: bytes, path: Path | str = "<buffer>") -> list[AbortedTxn
             raise CorruptIndexError(f"{path}: entry at {pos} has version {version}")
         entries.append(AbortedTxn(producer_id, first, last, stable))
     return entries
+
+
+def collect_aborted(indexes: Iterable["TransactionIndex"], fetch_offset: int,
+                    upper_bound: int) -> list[AbortedTxn]:
+    """The entries overlapping ``[fetch_offset, upper_bound)`` of consecutive segments'
+    indexes, starting with the segment holding ``fetch_offset``: stops at the first entry
+    whose last stable offset reaches ``upper_bound``; empty indexes cost no I/O."""
+    found: list[AbortedTxn] = []
+    for index in indexes:
+        if index.is_empty:
+            continue
+        entries, complete = index.collect(fetch_offset, upper_bound)
+        found.extend(entries)
+        if complete:
+            break
+    return found
 
 
 class TransactionIndex:

@@ -11,13 +11,15 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kafka.record.default_records import DefaultRecordBatch
 
 from pylog.errors import InvalidProducerEpochError, TransactionCoordinatorFencedError
 from pylog.log import Log, LogConfig, layout
 from pylog.log.cleaner import Cleaner
 from pylog.log.transaction_index import ENTRY_SIZE, AbortedTxn, decode_entries
 from pylog.records.batch import build_batch, decode_batch
-from pylog.records.header import iter_batch_headers
+from pylog.records.control import TxnMarker, build_marker_batch, read_marker
+from pylog.records.header import iter_batch_headers, read_batch_header
 
 from tests.examples import examples
 from tests.log.conftest import ManualClock
@@ -329,3 +331,18 @@ def test_a_segment_rebuilt_after_a_clean_shutdown_gets_its_aborted_entries_back(
     assert reopened.aborted_transactions(0, end) == expected
     assert reopened.last_stable_offset == open_first
     reopened.close()
+
+
+def test_entry_and_marker_bytes():
+    entry = AbortedTxn(producer_id=7, first_offset=10, last_offset=12, last_stable_offset=13)
+    assert entry.encode() == (b"\x00\x00" + (7).to_bytes(8, "big") + (10).to_bytes(8, "big")
+                              + (12).to_bytes(8, "big") + (13).to_bytes(8, "big"))
+    assert decode_entries(entry.encode() * 2) == [entry, entry]
+    batch = build_marker_batch(7, 3, TxnMarker(commit=False, coordinator_epoch=5), 1_700_000_000_000)
+    theirs = DefaultRecordBatch(bytearray(batch))  # kafka-python's reading of it
+    assert theirs.validate_crc() and theirs.is_control_batch and theirs.is_transactional
+    assert (theirs.producer_id, theirs.producer_epoch, theirs.base_sequence) == (7, 3, -1)
+    (record,) = list(theirs)
+    assert record.key == b"\x00\x00\x00\x00"  # version 0, ABORT
+    assert record.value == b"\x00\x00\x00\x00\x00\x05"  # version 0, coordinator epoch 5
+    assert read_marker(batch, 0, read_batch_header(batch)) == TxnMarker(False, 5)
