@@ -67,7 +67,8 @@ def _spark_session(config):
     from pylog.etl.source import executor_spark_conf
 
     submitted = SparkConf()  # what spark-submit was given, before the session exists
-    builder = SparkSession.builder.appName("pylog-load")
+    # The loader prints its own progress (pylog.etl.progress); Spark's bar would draw over it.
+    builder = SparkSession.builder.appName("pylog-load").config("spark.ui.showConsoleProgress", "false")
     for key, value in executor_spark_conf(config.source, submitted.get("spark.master", "local"),
                                           submitted.get("spark.redaction.regex")).items():
         builder = builder.config(key, value)

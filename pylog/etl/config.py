@@ -15,6 +15,8 @@ for example ``topics.page_views.format``. Layout::
     state: file:///var/lib/pylog/state
     lock_timeout_seconds: 300                # a lock not refreshed for this long is stale
     state_retention_days: 30                 # state of committed runs older than this is deleted
+    progress_seconds: 10                     # a progress line this often while tasks run
+                                             # (not on a terminal: there a bar is redrawn)
     topics:
       page_views:                            # the topic name
         table: page_views
@@ -151,6 +153,8 @@ class LoaderConfig:
     """A table lock whose heartbeat is older than this belongs to a dead run."""
     state_retention_days: float = 30.0
     """Plans, done markers and audit entries of runs committed longer ago are deleted."""
+    progress_seconds: float = 10.0
+    """How often a load prints a progress line while its tasks run (not on a terminal)."""
     path: str | None = field(default=None, compare=False)
     """The file this was read from, if any."""
     compaction: CompactionConfig = CompactionConfig()
@@ -183,7 +187,8 @@ def load_config(path: str | os.PathLike) -> LoaderConfig:
         raise ConfigError(str(path), f"not valid YAML: {exc}") from None
     config = parse_config(raw)
     return LoaderConfig(config.source, config.warehouse, config.state, config.topics,
-                        config.lock_timeout_seconds, config.state_retention_days, path=str(path),
+                        config.lock_timeout_seconds, config.state_retention_days,
+                        progress_seconds=config.progress_seconds, path=str(path),
                         compaction=config.compaction)
 
 
@@ -191,12 +196,13 @@ def parse_config(raw: Any) -> LoaderConfig:
     """Validate an already parsed mapping (as from YAML). Raises ConfigError."""
     root = _mapping(raw, "(top level)")
     _no_unknown(root, "", {"source", "warehouse", "state", "topics", "lock_timeout_seconds",
-                           "state_retention_days", "compaction"})
+                           "state_retention_days", "progress_seconds", "compaction"})
     source = _parse_source(_mapping(_required(root, "source", ""), "source"))
     warehouse = _uri(_required(root, "warehouse", ""), "warehouse")
     state = _uri(_required(root, "state", ""), "state")
     lock_timeout = _number(root.get("lock_timeout_seconds", 300), "lock_timeout_seconds", minimum=1)
     retention_days = _number(root.get("state_retention_days", 30), "state_retention_days", minimum=1)
+    progress_seconds = _number(root.get("progress_seconds", 10), "progress_seconds", minimum=0.05)
     topics_raw = _mapping(_required(root, "topics", ""), "topics")
     if not topics_raw:
         raise ConfigError("topics", "at least one topic is required")
@@ -212,7 +218,7 @@ def parse_config(raw: Any) -> LoaderConfig:
             tables[table] = topic.topic
     compaction = _parse_compaction(_mapping(root.get("compaction"), "compaction"))
     return LoaderConfig(source, warehouse, state, topics, float(lock_timeout), float(retention_days),
-                        compaction=compaction)
+                        progress_seconds=float(progress_seconds), compaction=compaction)
 
 
 def _parse_compaction(raw: dict) -> CompactionConfig:

@@ -35,6 +35,7 @@ from pylog.etl.fs import Storage
 from pylog.etl.layout import bucket_ms
 from pylog.etl.model import BACKFILL, SCHEDULED, AuditEntry, TablePlan, TaskDoneMarker
 from pylog.etl.planner import plan_backfill, plan_scheduled, topic_offsets
+from pylog.etl.progress import LoadProgress, spark_running_tasks
 from pylog.etl.source import resolve_source
 from pylog.etl.state import StateStore
 from pylog.etl.task import TaskSpec
@@ -189,8 +190,11 @@ def _execute(config: LoaderConfig, spark, plan: TablePlan, topic: TopicConfig, s
     todo = [s for s in specs if state.read_marker(topic.table, plan.run_id, s.range) is None]
     if todo:
         watcher = _MidTaskKiller(state, plan) if fault == "mid_tasks" else None
+        group = f"pylog-tasks-{uuid.uuid4().hex}"
+        running = spark_running_tasks(spark.sparkContext, group) if spark is not None else None
         try:
-            run_tasks(spark, todo, f"pylog load {plan.table} {plan.run_id}")
+            with LoadProgress(state, plan, config.progress_seconds, running=running):
+                run_tasks(spark, todo, f"pylog load {plan.table} {plan.run_id}", group)
         finally:
             if watcher:
                 watcher.stop()
@@ -204,14 +208,15 @@ def _execute(config: LoaderConfig, spark, plan: TablePlan, topic: TopicConfig, s
     return commit(state, warehouse, plan, topic, markers, fault, retention_ms)
 
 
-def run_tasks(spark, specs: list[TaskSpec], description: str) -> list[TaskDoneMarker]:
-    """One Spark task per spec (``spark`` may be None: run them here, in order)."""
+def run_tasks(spark, specs: list[TaskSpec], description: str, group: str | None = None) -> list[TaskDoneMarker]:
+    """One Spark task per spec, in the job group ``group`` (default: a new one); ``spark``
+    may be None: run them here, in order."""
     from pylog.etl.task import run_task
 
     if spark is None:
         return [run_task(spec) for spec in specs]
     sc = spark.sparkContext
-    group = f"pylog-tasks-{uuid.uuid4().hex}"
+    group = group or f"pylog-tasks-{uuid.uuid4().hex}"
     sc.setJobGroup(group, description, interruptOnCancel=True)
     try:
         return sc.parallelize(specs, len(specs)).map(_run_on_executor).collect()

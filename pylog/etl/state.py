@@ -169,6 +169,12 @@ class StateStore:
     def write_marker(self, table: str, run_id: str, marker: TaskDoneMarker) -> None:
         self.storage.write_atomic(self.marker_path(table, run_id, marker.range), marker.to_json())
 
+    def marker_names(self, table: str, run_id: str) -> set[str]:
+        """Names (``TaskRange.name``) of the run's tasks with a done marker."""
+        names = {name[:-len(".json")] for name in self.storage.list_dir(self._run(table, run_id, "done"))
+                 if name.endswith(".json") and not name.startswith(".")}
+        return names or set(self.folded_markers(table, run_id))
+
     def count_markers(self, table: str, run_id: str) -> int:
         files = sum(1 for name in self.storage.list_dir(self._run(table, run_id, "done"))
                     if name.endswith(".json") and not name.startswith("."))
