@@ -34,6 +34,8 @@ from pylog.protocol import ApiKey
 from pylog.records.header import CONTROL_BIT, TRANSACTIONAL_BIT, BatchHeader
 from pylog.records.record import Record
 from pylog.testing.broker import BrokerProcess
+from pylog.testing.zookeeper import zk_chroot_fixture, zookeeper_fixture
+from tests.cluster.cluster_helpers import LocalCluster
 from tests.broker.wire import WireClient, create_body
 from tests.coordinator.members import (
     Member, commit, form_group, list_groups, wait_for_coordinator, wait_until)
@@ -455,3 +457,65 @@ def test_committed_aborted_and_open_transactions_survive_a_crash(broker, wire):
             0: 11, 1: 20, 2: None, 3: 45}
         end_txn(after, still_open, commit=True)  # the transaction ends after the restart
         assert settled(after, group, range(4)) == {0: 11, 1: 20, 2: 33, 3: 45}
+
+
+zookeeper = zookeeper_fixture()
+zk_connect = zk_chroot_fixture()
+
+
+def group_coordinator(cluster: LocalCluster, via: int, group: str) -> int:
+    """The broker id coordinating ``group`` (asking broker ``via``) once it has loaded
+    the group's partition."""
+    def found():
+        with WireClient(cluster.brokers[via].bootstrap) as wire:
+            answer = wire.call(ApiKey.FIND_COORDINATOR, 4, {
+                "key_type": 0, "coordinator_keys": [group]})["coordinators"][0]
+        if answer["error_code"] or not cluster.brokers[answer["node_id"]].alive():
+            return None
+        with WireClient(cluster.brokers[answer["node_id"]].bootstrap) as wire:
+            loaded = fetch_stable_or_error(wire, group) is not None
+        return answer["node_id"] if loaded else None
+
+    return wait_until(found, timeout_s=60, what=f"a coordinator of {group}")
+
+
+def fetch_stable_or_error(wire: WireClient, group: str):
+    response = wire.call(ApiKey.OFFSET_FETCH, FETCH_STABLE_V, {
+        "group_id": group, "require_stable": True,
+        "topics": [{"name": TOPIC, "partition_indexes": [0]}]})
+    return None if response["error_code"] else response
+
+
+def test_a_new_coordinator_loads_pending_offsets_and_settles_them(tmp_path, zk_connect):
+    """Three brokers, ``__consumer_offsets`` replicated three times. The coordinator is
+    SIGKILLed with one transaction committed and one open; the next leader of the group's
+    partition loads both from its replica, takes more offsets of the open transaction
+    from the same producer, and commits it when its marker arrives."""
+    group = "txn-failover"
+    cluster = LocalCluster(tmp_path, zk_connect, extra={
+        "offsets.topic.num.partitions": 1, "offsets.topic.replication.factor": 3,
+        "default.replication.factor": 3, "min.insync.replicas": 2,
+        "transaction.state.log.num.partitions": 1}).start()
+    try:
+        with WireClient(cluster.bootstrap(1)) as wire:
+            created = wire.call(ApiKey.CREATE_TOPICS, 4, create_body(TOPIC, 3))
+            assert created["topics"][0]["error_code"] == 0, created
+        first = group_coordinator(cluster, 1, group)
+        with WireClient(cluster.brokers[first].bootstrap) as wire:
+            committed, still_open = new_producer(wire), new_producer(wire)
+            assert txn_commit(wire, group, committed, {0: 10}) == {0: 0}
+            end_txn(wire, committed, commit=True)
+            assert txn_commit(wire, group, still_open, {1: 20}) == {1: 0}
+            assert settled(wire, group, [0]) == {0: 10}
+        cluster.brokers[first].kill()
+        survivors = [b for b in cluster.brokers if b != first]
+        second = group_coordinator(cluster, survivors[0], group)
+        assert second in survivors
+        with WireClient(cluster.brokers[second].bootstrap) as wire:
+            assert fetch_stable(wire, group, [0, 1]) == {0: (10, 0), 1: (-1, UNSTABLE)}
+            assert txn_commit(wire, group, still_open, {2: 30}) == {2: 0}
+            end_txn(wire, still_open, commit=True)
+            assert settled(wire, group, [0, 1, 2]) == {0: 10, 1: 20, 2: 30}
+    finally:
+        cluster.close()
+
