@@ -240,11 +240,12 @@ class GroupCoordinator:
         for header, records in self.store.read_batches(partition):
             replay.apply(header, records)
         now = self.clock()
+        pending_by_group = replay.pending_by_group()
         with self.lock:
             for group_id in replay.group_ids():
                 value = replay.group_values.get(group_id)
                 committed = replay.committed.get(group_id)
-                pending = replay.pending_of(group_id)
+                pending = pending_by_group.get(group_id, {})
                 if value is None and not committed and not pending:
                     continue
                 group = self._restore(group_id, partition, value, now)

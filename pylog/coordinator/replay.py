@@ -45,14 +45,17 @@ class OffsetsReplay:
 
     def group_ids(self) -> set[str]:
         """Every group the partition has something for."""
-        pending = {g for groups in self.pending.values() for g, offsets in groups.items()
-                   if offsets}
         return {g for g, offsets in self.committed.items() if offsets} | set(
-            self.group_values) | pending
+            self.group_values) | set(self.pending_by_group())
 
-    def pending_of(self, group_id: str) -> dict[int, dict[TopicPartitionKey, StoredOffset]]:
-        return {producer_id: dict(groups[group_id])
-                for producer_id, groups in self.pending.items() if groups.get(group_id)}
+    def pending_by_group(self) -> dict[str, dict[int, dict[TopicPartitionKey, StoredOffset]]]:
+        """group -> producer id -> the offsets its open transaction wrote."""
+        by_group: dict[str, dict[int, dict[TopicPartitionKey, StoredOffset]]] = {}
+        for producer_id, groups in self.pending.items():
+            for group_id, offsets in groups.items():
+                if offsets:
+                    by_group.setdefault(group_id, {})[producer_id] = dict(offsets)
+        return by_group
 
     def apply(self, header: BatchHeader, records: list[Record]) -> None:
         self.records += len(records)

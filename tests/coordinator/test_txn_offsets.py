@@ -108,7 +108,7 @@ def test_replay_finds_what_the_live_group_served():
         for pending_key, stored in deferred:
             live.commit_offset(pending_key, stored)
         assert live.offsets == replay.committed.get(GROUP, {})
-        assert live.pending_txn_offsets == replay.pending_of(GROUP)
+        assert live.pending_txn_offsets == replay.pending_by_group().get(GROUP, {})
 
 
 def test_replay_keeps_open_transactions_pending_per_producer():
@@ -124,7 +124,7 @@ def test_replay_keeps_open_transactions_pending_per_producer():
     replay.apply(_header(4, 1, producer_id=8, control=True),
                  [Record(4, 0, _control_key(CONTROL_ABORT), b"\0" * 6)])
     assert replay.committed[GROUP] == {a: StoredOffset(plain, 0)}
-    assert replay.pending_of(GROUP) == {7: {a: StoredOffset(OffsetValue(20, -1, "", 0), 1),
+    assert replay.pending_by_group().get(GROUP, {}) == {7: {a: StoredOffset(OffsetValue(20, -1, "", 0), 1),
                                             b: StoredOffset(OffsetValue(21, -1, "", 0), 1)}}
     assert replay.group_ids() == {GROUP}
 
