@@ -15,6 +15,7 @@ consumer group resumes on the target, and ``--apply`` commits them for the group
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 
@@ -102,7 +103,10 @@ def config_from_args(args, need_topics: bool = True):
 
 def _checked_config(args, need_topics: bool = True):
     from pylog.mirror import require_client
-    from pylog.mirror.config import check_client_properties
+    from pylog.mirror.config import LIBRDKAFKA_LOG, check_client_properties
+
+    if logging.getLogger().getEffectiveLevel() > logging.INFO:
+        LIBRDKAFKA_LOG.setLevel(logging.CRITICAL)
 
     config = config_from_args(args, need_topics)
     require_client()

@@ -20,6 +20,7 @@ the key's path (``source.client.fetch.wait.max``), never the value (it may be a 
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
@@ -34,6 +35,10 @@ OWNED_PROPERTIES = frozenset({
 
 INTERNAL_SUFFIX = ".internal"
 
+# librdkafka's own log lines (connection attempts it retries by itself) go to this logger,
+# which the CLI shows only with --log-level INFO or DEBUG.
+LIBRDKAFKA_LOG = logging.getLogger("pylog.mirror.librdkafka")
+
 
 @dataclass(frozen=True)
 class ClusterSettings:
@@ -46,7 +51,8 @@ class ClusterSettings:
 
     def client_config(self, **owned: Any) -> dict[str, Any]:
         """librdkafka configuration: the pass-through properties, then the mirror's own."""
-        return {**self.client, "bootstrap.servers": self.bootstrap_servers, **owned}
+        return {**self.client, "bootstrap.servers": self.bootstrap_servers,
+                "logger": LIBRDKAFKA_LOG, **owned}
 
 
 @dataclass(frozen=True)
@@ -234,12 +240,11 @@ def check_client_properties(config: MirrorConfig) -> None:
 
     ck = require_client()
     for name, side in (("source", config.source), ("target", config.target)):
-        try:
-            ck.Producer({**side.client, "log_level": 0})
-        except ck.KafkaException as exc:
-            message = exc.args[0].str() if exc.args else str(exc)
-            quoted = re.findall(r'"([^"]*)"', message)
-            key = quoted[-1] if quoted else "?"
-            problem = ("no such librdkafka property" if "No such configuration" in message
-                       else "invalid value")
-            raise ConfigError(f"{name}.client.{key}", problem) from None
+        for key, value in side.client.items():   # one at a time: errors name aliases
+            try:
+                ck.Producer({key: value, "log_level": 0})
+            except ck.KafkaException as exc:
+                message = exc.args[0].str() if exc.args else str(exc)
+                problem = ("no such librdkafka property" if "No such configuration" in message
+                           else "invalid value")
+                raise ConfigError(f"{name}.client.{key}", problem) from None

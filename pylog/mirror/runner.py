@@ -26,7 +26,7 @@ from typing import TextIO
 
 from pylog.mirror import require_client
 from pylog.mirror.checkpoints import CheckpointWriter, load_offset_syncs
-from pylog.mirror.config import MirrorConfig
+from pylog.mirror.config import LIBRDKAFKA_LOG, MirrorConfig
 from pylog.mirror.offset_syncs import OffsetSyncStore
 from pylog.mirror.progress import ProgressReporter
 from pylog.mirror.task import PartitionFenced, PartitionTask
@@ -92,6 +92,7 @@ class Mirror:
                            **config.source.client}
         self.consumer = ck.Consumer({
             **source_settings, "bootstrap.servers": config.source.bootstrap_servers,
+            "logger": LIBRDKAFKA_LOG,
             "group.id": config.group_id, "enable.auto.commit": False,
             "enable.auto.offset.store": False, "isolation.level": "read_committed",
             "auto.offset.reset": config.offset_reset})

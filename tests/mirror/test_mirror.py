@@ -9,47 +9,11 @@ import time
 
 import confluent_kafka as ck
 import pytest
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource
 
-from pylog.testing.broker import BrokerProcess
+from tests.mirror.conftest import ALIAS, GROUP, create_topic, mirror_args
 from tests.mirror.helpers import (
     MirrorProcess, MockCluster, check_exactly_once, produce, read_all)
-
-ALIAS = "dc1"
-GROUP = f"pylog-mirror.{ALIAS}"
-BROKER_SETTINGS = {"num.partitions": 1, "group.min.session.timeout.ms": 1000,
-                   "group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 3,
-                   "transaction.state.log.num.partitions": 3}
-# Short sessions: a killed mirror's place in the source group frees within seconds.
-MIRROR_YAML = """
-source:
-  client:
-    session.timeout.ms: 3000
-    heartbeat.interval.ms: 300
-transaction_interval_ms: 200
-transaction_timeout_ms: 10000
-checkpoint_interval_ms: 500
-progress_interval_ms: 1000
-topic_refresh_interval_ms: 2000
-"""
-
-
-@pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    with BrokerProcess(tmp_path_factory.mktemp("source"), BROKER_SETTINGS) as broker:
-        yield broker
-
-
-@pytest.fixture(scope="module")
-def target(tmp_path_factory):
-    with BrokerProcess(tmp_path_factory.mktemp("target"), BROKER_SETTINGS) as broker:
-        yield broker
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int, configs: dict | None = None) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1, config=configs or {})])[topic].result(30)
-
 
 def committed_total(target_bootstrap: str, topic: str, partitions: int) -> int:
     """How far the mirror's committed source positions on the target have come."""
@@ -74,13 +38,6 @@ def wait_for_commit(mirror: MirrorProcess, target_bootstrap: str, topic: str, pa
         time.sleep(0.2)
     pytest.fail(f"the mirror committed nothing past {above} within {timeout} s:\n"
                 + mirror.logs()[-3000:])
-
-
-def mirror_args(tmp_path, source_bootstrap: str, target_bootstrap: str, topics: str) -> list[str]:
-    config = tmp_path / "mirror.yaml"
-    config.write_text(MIRROR_YAML)
-    return ["--source-bootstrap-server", source_bootstrap, "--target-bootstrap-server",
-            target_bootstrap, "--topics", topics, "--source-alias", ALIAS, "--config", str(config)]
 
 
 def kill_and_restart_while_producing(mirror: MirrorProcess, source_bootstrap: str,
