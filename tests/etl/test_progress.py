@@ -103,7 +103,7 @@ def test_a_bar_redrawn_in_place_on_a_terminal(tmp_path):
 
 
 def test_a_spark_load_reports_its_tasks(spark, mock_cluster, tmp_path, capsys):
-    mock_cluster.produce("ev", events(0, 80), partitions=4)
+    mock_cluster.produce("ev", events(0, 40), partitions=4)
     config = write_config(tmp_path, mock_cluster.bootstrap, max_records_per_task=10)
     config = type(config)(**{**{f: getattr(config, f) for f in config.__dataclass_fields__}, "progress_seconds": 0.1})
     [audit] = run_load(config, spark, LoadRequest(run_id="p1"))
@@ -112,4 +112,4 @@ def test_a_spark_load_reports_its_tasks(spark, mock_cluster, tmp_path, capsys):
     done = [int(LINE.match(line).group(1)) for line in lines]
     assert done == sorted(done)
     total = len(audit.ranges)
-    assert total == 8 and lines[-1].startswith(f"pylog load ev: {total}/{total} tasks, {audit.records_fetched} records")
+    assert total == 4 and lines[-1].startswith(f"pylog load ev: {total}/{total} tasks, {audit.records_fetched} records")
