@@ -1,10 +1,13 @@
 """The transaction coordinator's APIs on the wire, against a standalone broker: errors,
-epochs and fencing, and DescribeTransactions/ListTransactions."""
+epochs and fencing, DescribeTransactions/ListTransactions, markers of a deleted topic,
+and the expiry of idle transactional ids."""
 
 from __future__ import annotations
 
+from pylog.client.connection import BrokerConnection
 from pylog.protocol import ApiKey
-from tests.transactions.conftest import call, init_producer
+from pylog.testing.broker import BrokerProcess
+from tests.transactions.conftest import SMALL_INTERNAL_TOPICS, call, init_producer, wait_until
 
 INVALID_REQUEST, INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE = 42, 47, 48
 INVALID_PRODUCER_ID_MAPPING, INVALID_TRANSACTION_TIMEOUT = 49, 50
@@ -108,3 +111,44 @@ def test_describe_and_list_an_open_transaction(conn):
         "state_filters": [], "producer_id_filters": [producer_id],
         "duration_filter": 3_600_000})
     assert long_running["transaction_states"] == []
+
+
+def test_markers_for_a_deleted_topic_are_dropped(conn):
+    call(conn, ApiKey.CREATE_TOPICS, 4, {"topics": [
+        {"name": name, "num_partitions": 1, "replication_factor": 1, "assignments": [],
+         "configs": []} for name in ("wire-kept", "wire-deleted")],
+        "timeout_ms": 5000, "validate_only": False})
+    producer = init_producer(conn, "w-deleted")
+    producer_id, epoch = producer["producer_id"], producer["producer_epoch"]
+    assert set(add_partitions(conn, "w-deleted", producer_id, epoch,
+                              {"wire-kept": [0], "wire-deleted": [0]}).values()) == {0}
+    call(conn, ApiKey.DELETE_TOPICS, 4, {"topic_names": ["wire-deleted"], "timeout_ms": 5000})
+    assert end_txn(conn, "w-deleted", producer_id, epoch, True) == 0
+
+    def state() -> str:
+        return call(conn, ApiKey.DESCRIBE_TRANSACTIONS, 0, {
+            "transactional_ids": ["w-deleted"]})["transaction_states"][0]["transaction_state"]
+
+    wait_until(lambda: state() == "CompleteCommit", message="CompleteCommit without the topic")
+
+
+def test_an_idle_transactional_id_expires(tmp_path):
+    settings = dict(SMALL_INTERNAL_TOPICS, **{
+        "transactional.id.expiration.ms": 1000,
+        "transaction.remove.expired.transaction.cleanup.interval.ms": 200})
+    with BrokerProcess(tmp_path, settings) as broker:
+        connection = BrokerConnection(broker.host, broker.port, timeout_s=30)
+        try:
+            first = init_producer(connection, "w-expiring")
+            assert first["error_code"] == 0
+
+            def described() -> int:
+                return call(connection, ApiKey.DESCRIBE_TRANSACTIONS, 0, {
+                    "transactional_ids": ["w-expiring"]})["transaction_states"][0]["error_code"]
+
+            wait_until(lambda: described() == NOT_FOUND, message="the id to expire")
+            again = init_producer(connection, "w-expiring")
+            assert (again["error_code"], again["producer_epoch"]) == (0, 0)
+            assert again["producer_id"] != first["producer_id"]  # a new id, not a bump
+        finally:
+            connection.close()
