@@ -577,7 +577,8 @@ class Log:
                     found = segment.read(offset, max_bytes, limit)
                     if found is not None:
                         region = FileRegion(os.dup(segment.records.fd), found[0], found[1])
-                        if committed:
+                        if committed and any(not s.txn_index.is_empty
+                                             for s in self._segments[index:]):
                             upper = self._offset_after(segment, found[0] + found[1], limit)
                             aborted = self._collect_aborted(index, offset, upper)
                         break
