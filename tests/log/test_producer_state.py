@@ -98,7 +98,7 @@ def choose_batch(kind: str, sent: dict, pid: int, count: int, pick: int):
     if kind == "dup" and history:
         return history[-1 - pick % min(len(history), 7)]  # sometimes older than the five kept
     if kind == "gap":
-        return epoch, next_seq + 1 + pick, count
+        return epoch, (next_seq + 1 + pick) % 2**31, count
     if kind == "old_epoch" and epoch > 0:
         return epoch - 1, next_seq, count
     if kind == "new_epoch":
