@@ -24,13 +24,14 @@ TRANSACTION_COORDINATOR_FENCED = errors.TransactionCoordinatorFencedError.errno
 
 
 def coordinator_error(error: KafkaError) -> int:
-    """What a transactional client is told about a failed state write (Kafka's mapping)."""
+    """What a transactional client is told about a failed state write (Kafka's mapping in
+    TransactionStateManager.appendTransactionToLog)."""
     if error.errno in (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE):
         return error.errno
-    if error.errno in (6, 3):  # NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION
+    if error.errno in (6, 56):  # NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR
         return NOT_COORDINATOR
-    if error.errno in (19, 20, 7):  # NOT_ENOUGH_REPLICAS(_AFTER_APPEND), REQUEST_TIMED_OUT
-        return COORDINATOR_NOT_AVAILABLE
+    if error.errno in (3, 19, 20, 7):  # UNKNOWN_TOPIC_OR_PARTITION, NOT_ENOUGH_REPLICAS(_AFTER_
+        return COORDINATOR_NOT_AVAILABLE  # APPEND), REQUEST_TIMED_OUT
     return errors.UnknownServerError.errno
 
 
