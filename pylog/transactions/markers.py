@@ -177,6 +177,7 @@ class _BrokerSender(threading.Thread):
         self._queue: list[tuple[float, MarkerJob, TopicPartition]] = []
         self._stopping = False
         self._connection: BrokerConnection | None = None
+        self._failing = False
 
     def enqueue(self, job: MarkerJob, tp: TopicPartition, due: float) -> None:
         with self._cond:
@@ -198,11 +199,17 @@ class _BrokerSender(threading.Thread):
                 break
             try:
                 self._send(batch)
+                if self._failing:
+                    log.info("markers to broker %d: sending again", self.broker_id)
+                    self._failing = False
             except (KafkaError, PylogError, OSError) as error:
                 backoff = (UNSUPPORTED_BACKOFF_S if isinstance(error, UnsupportedVersionError)
                            else RETRY_BACKOFF_S)
-                log.warning("markers to broker %d: %s; retrying in %.1f s", self.broker_id,
-                            error, backoff)
+                # One warning per outage, not one per retry.
+                log.log(logging.DEBUG if self._failing else logging.WARNING,
+                        "markers to broker %d: %s; retrying every %.1f s", self.broker_id,
+                        error, backoff)
+                self._failing = True
                 self._disconnect()
                 for job, tp in batch:
                     self.channel.route(job, tp, backoff)
