@@ -28,7 +28,6 @@ authentication is answered with ``Reply.close_after`` set.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import struct
 import time
@@ -48,7 +47,7 @@ from pylog.broker.session import Session
 from pylog.security.sasl import SaslRefused, SaslService, sasl_disabled_answer
 from pylog.errors import InvalidRequestError, UnsupportedVersionError
 from pylog.protocol import (
-    MESSAGES, ApiKey, decode_request, encode_response_chunks, peek_header)
+    MESSAGES, ApiKey, decode_request, encode_response_chunks)
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +90,8 @@ BEFORE_AUTHENTICATION = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE,
                                    ApiKey.SASL_AUTHENTICATE})
 SASL_APIS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 UNSUPPORTED_VERSION = UnsupportedVersionError.errno
+_NOT_SERVED = (0, -1)
+_PEEK = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 # A registered service: (version, body, session) -> body | None | a waiting request.
 Service = Callable[[int, dict, Session], object]
 
@@ -128,7 +129,7 @@ class Parked:
         return self.work.partitions
 
     def attempt(self, final: bool) -> Reply | None:
-        with _one_line_failures(self.api_key, self.api_version):
+        try:
             body = self.work.attempt(final)
             if body is None:
                 return None
@@ -137,21 +138,19 @@ class Parked:
             if self.finish is not None:
                 body = self.finish(body)
             return _reply(self.api_key, self.api_version, self.correlation_id, body)
+        except (CloseConnection, OSError):
+            raise
+        except Exception as error:
+            raise _one_line_failure(self.api_key, self.api_version, error) from None
 
 
-@contextlib.contextmanager
-def _one_line_failures(api_key: int, version: int):
+def _one_line_failure(api_key: int, version: int, error: Exception) -> CloseConnection:
     """A request the decoder accepted but a handler could not answer closes its
-    connection with one line; the traceback is logged only at DEBUG."""
-    try:
-        yield
-    except (CloseConnection, OSError):
-        raise
-    except Exception as error:
-        name = MESSAGES[api_key].name
-        log.debug("handling %s v%d failed", name, version, exc_info=True)
-        raise CloseConnection(f"cannot handle {name} v{version}: "
-                              f"{type(error).__name__}: {error}") from None
+    connection with one line; the traceback is logged only at DEBUG. (A plain
+    ``try``, not a context manager: this wraps every request.)"""
+    name = MESSAGES[api_key].name
+    log.debug("handling %s v%d failed", name, version, exc_info=error)
+    return CloseConnection(f"cannot handle {name} v{version}: {type(error).__name__}: {error}")
 
 
 def _reply(api_key: int, version: int, correlation_id: int, body: dict) -> Reply:
@@ -194,8 +193,8 @@ class Dispatcher:
         if session.sasl is not None and session.sasl.expects_raw_token:
             return self._raw_sasl_token(session, payload)
         try:
-            api_key, version, correlation_id = peek_header(payload)
-        except InvalidRequestError:
+            api_key, version, correlation_id = _PEEK.unpack_from(payload)
+        except struct.error:
             raise CloseConnection(f"request of {len(payload)} bytes is too short for a header")
         if not session.authenticated and api_key not in BEFORE_AUTHENTICATION:
             raise CloseConnection(f"{_api_name(api_key)} request before SASL authentication "
@@ -203,11 +202,12 @@ class Dispatcher:
         if session.sasl is not None and session.sasl.expired() and api_key not in SASL_APIS:
             raise CloseConnection("SASL session expired without re-authentication "
                                   "(connections.max.reauth.ms)")
-        if api_key == ApiKey.API_VERSIONS and not self._served(api_key, version):
-            return self._api_versions_fallback(correlation_id)
-        if api_key not in MESSAGES:
-            raise CloseConnection(f"unknown api key {api_key}")
-        if not self._served(api_key, version):
+        low, high = self.served.get(api_key, _NOT_SERVED)
+        if not low <= version <= high or api_key not in MESSAGES:
+            if api_key == ApiKey.API_VERSIONS:
+                return self._api_versions_fallback(correlation_id)
+            if api_key not in MESSAGES:
+                raise CloseConnection(f"unknown api key {api_key}")
             raise CloseConnection(f"unsupported version {version} of "
                                   f"{MESSAGES[api_key].name}")
         try:
@@ -217,28 +217,37 @@ class Dispatcher:
         except InvalidRequestError as error:
             raise CloseConnection(f"malformed {MESSAGES[api_key].name} v{version}: {error}") \
                 from None
-        with _one_line_failures(api_key, version):
-            if api_key in SASL_APIS:
-                return self._sasl_exchange(session, api_key, version, correlation_id,
-                                           request.body)
-            request_body, finish = request.body, None
-            if self.authorization is not None:
-                verdict = self.authorization.check(api_key, version, request_body, session)
-                if verdict.close is not None:
-                    raise CloseConnection(verdict.close)
-                if verdict.response is not None:
-                    return _reply(api_key, version, correlation_id, verdict.response)
-                request_body, finish = verdict.body, verdict.finish
-            service = self.services.get(api_key)
-            if service is not None:
-                body = service(version, request_body, session)
-            elif api_key in GROUP_APIS and self.groups is not None:
-                body = self.groups.handle(api_key, version, request_body,
-                                          request.header.client_id, session.client_host,
-                                          session.listener)
-            else:
-                body = self._handle(api_key, version, request_body, session)
-            metrics = self.metrics
+        try:
+            return self._answer(api_key, version, correlation_id, request, session)
+        except (CloseConnection, OSError):
+            raise
+        except Exception as error:
+            raise _one_line_failure(api_key, version, error) from None
+
+    def _answer(self, api_key: int, version: int, correlation_id: int, request,
+                session: Session) -> Reply | Parked | None:
+        if api_key in SASL_APIS:
+            return self._sasl_exchange(session, api_key, version, correlation_id,
+                                       request.body)
+        request_body, finish = request.body, None
+        if self.authorization is not None:
+            verdict = self.authorization.check(api_key, version, request_body, session)
+            if verdict.close is not None:
+                raise CloseConnection(verdict.close)
+            if verdict.response is not None:
+                return _reply(api_key, version, correlation_id, verdict.response)
+            request_body, finish = verdict.body, verdict.finish
+        service = self.services.get(api_key)
+        if service is not None:
+            body = service(version, request_body, session)
+        elif api_key in GROUP_APIS and self.groups is not None:
+            body = self.groups.handle(api_key, version, request_body,
+                                      request.header.client_id, session.client_host,
+                                      session.listener)
+        else:
+            body = self._handle(api_key, version, request_body, session)
+        metrics = self.metrics
+        if type(body) is not dict:  # the rare outcomes first ruled out, cheaply
             if body is None:
                 if metrics is not None and api_key == ApiKey.PRODUCE:
                     metrics.on_response(api_key, request_body, None)  # acks=0
@@ -252,11 +261,11 @@ class Dispatcher:
             if isinstance(body, GroupWork) or hasattr(body, "attempt"):
                 return Parked(body, version, correlation_id, api_key, finish, request_body,
                               metrics)
-            if metrics is not None:
-                metrics.on_response(api_key, request_body, body)
-            if finish is not None:
-                body = finish(body)
-            return _reply(api_key, version, correlation_id, body)
+        if metrics is not None:
+            metrics.on_response(api_key, request_body, body)
+        if finish is not None:
+            body = finish(body)
+        return _reply(api_key, version, correlation_id, body)
 
     def _sasl_exchange(self, session: Session, api_key: int, version: int,
                        correlation_id: int, body: dict) -> Reply:
@@ -275,10 +284,6 @@ class Dispatcher:
         except SaslRefused as refusal:
             raise CloseConnection(str(refusal)) from None
         return Reply([struct.pack(">i", len(token)) + token], 4 + len(token))
-
-    def _served(self, api_key: int, version: int) -> bool:
-        low, high = self.served.get(api_key, (0, -1))
-        return low <= version <= high
 
     def _first_attempt(self, work: FetchWork, version: int, correlation_id: int,
                        finish: Callable[[dict], dict] | None = None,

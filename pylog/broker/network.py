@@ -13,7 +13,10 @@ Buffered request bytes of all connections share one ``RequestBudget``
 (``queued.max.request.bytes``): while it is used up, connections read no new frames.
 
 Processors sleep in ``select``; appends wake them through a socketpair, and the
-nearest parked-Fetch deadline bounds the sleep. Nothing polls.
+nearest parked-Fetch deadline bounds the sleep. Nothing polls. Each parked request
+registers its own wake-up with its partitions, so an append retries only the requests
+waiting on that partition, and deadlines sit in a heap: a thousand idle long polls cost
+nothing per append to other partitions. One wake-up byte is pending at most.
 
 TLS listeners wrap accepted sockets non-blocking; the processor drives the handshake
 from its loop (OpenSSL's want-read/want-write become the connection's interest), so a
@@ -27,6 +30,8 @@ without waiting. File regions cannot be ``sendfile``d through TLS: they go out a
 from __future__ import annotations
 
 import collections
+import functools
+import heapq
 import itertools
 import logging
 import os
@@ -56,6 +61,7 @@ COALESCE_BYTES = 256 * 1024
 # Bytes of a segment file read at a time to go out through TLS (no sendfile there).
 TLS_FILE_CHUNK = 256 * 1024
 _BYTES = (bytes, bytearray, memoryview)
+_MSG_MORE = getattr(socket, "MSG_MORE", 0)
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,7 @@ class Connection:
         self.head_sent = 0  # bytes of outbound[0] already sent
         self.queued_bytes = 0
         self.parked: Parked | None = None
+        self.wake: Callable[[], None] | None = None  # wakes the processor for this one
         self.parked_since = 0.0  # when the parked request arrived (for its latency)
         self.events = 0
         self.closing = False  # close once the queued answers are out (failed SASL)
@@ -178,8 +185,12 @@ class Processor(threading.Thread):
         self._new: collections.deque = collections.deque()
         self._connections: set[Connection] = set()
         self._parked: set[Connection] = set()
+        # Parked connections woken by a change to one of their partitions (any thread).
+        self._woken: set[Connection] = set()
+        self._deadlines: list = []  # heap of (deadline, sequence, conn, parked)
+        self._sequence = itertools.count()
+        self._wake_pending = False  # a wake-up byte is in the socketpair
         self._tls_pending: set[Connection] = set()  # decrypted bytes select cannot see
-        self._woken = False
         self._stopping = False
 
     # -- called from other threads --------------------------------------------------------
@@ -190,10 +201,18 @@ class Processor(threading.Thread):
         self.wakeup()
 
     def wakeup(self) -> None:
+        if self._wake_pending:
+            return  # the loop wakes anyway, and then sees what this caller changed
+        self._wake_pending = True
         try:
             self._wake_w.send(b"\0")
         except (BlockingIOError, OSError):
             pass  # already pending, or shutting down
+
+    def _wake_parked(self, conn: Connection) -> None:
+        """A change to a partition ``conn``'s parked request waits on."""
+        self._woken.add(conn)
+        self.wakeup()
 
     def stop(self) -> None:
         self._stopping = True
@@ -229,9 +248,14 @@ class Processor(threading.Thread):
             self._wake_w.close()
 
     def _timeout(self) -> float | None:
-        if self._new or any(conn.wants_read() for conn in self._tls_pending):
+        if self._new or self._woken or any(conn.wants_read() for conn in self._tls_pending):
             return 0
-        deadlines = [c.parked.deadline for c in self._parked]
+        deadlines = []
+        heap = self._deadlines
+        while heap and heap[0][2].parked is not heap[0][3]:
+            heapq.heappop(heap)  # answered or closed since
+        if heap:
+            deadlines.append(heap[0][0])
         if self.max_idle_s is not None and self._connections:
             deadlines.append(self._next_idle_check)
         if not deadlines:
@@ -261,7 +285,9 @@ class Processor(threading.Thread):
                 pass
         except BlockingIOError:
             pass
-        self._woken = True
+        # Cleared after reading: a wake-up sent meanwhile leaves its byte, never a flag
+        # set with no byte behind it.
+        self._wake_pending = False
 
     def _accept_new(self) -> None:
         while self._new:
@@ -277,6 +303,7 @@ class Processor(threading.Thread):
                     sock.close()
                     continue
             conn = Connection(sock, address, self.budget, listener)
+            conn.wake = functools.partial(self._wake_parked, conn)
             conn.last_active = self.clock()
             self._connections.add(conn)
             self._update_interest(conn)
@@ -381,16 +408,11 @@ class Processor(threading.Thread):
                     outcome = self.dispatcher.dispatch(payload, conn.session)
                 else:
                     outcome = self._measured_dispatch(metrics, payload, conn)
-                if isinstance(outcome, Reply):
+                if type(outcome) is Reply:
                     conn.queue(outcome)
                     conn.closing = outcome.close_after
-                elif isinstance(outcome, Parked):
-                    conn.parked = outcome
-                    self._parked.add(conn)
-                    self._add_waiter(outcome.partitions, self.wakeup)
-                    # An append between the first attempt and the line above woke nobody:
-                    # attempt once more in this loop iteration so it is not missed.
-                    self._woken = True
+                elif outcome is not None:
+                    self._park(conn, outcome)
         finally:
             # One shift of the buffer per batch of frames, not one per frame.
             if position:
@@ -413,19 +435,40 @@ class Processor(threading.Thread):
             metrics.request_done(api_key, self.clock() - started)
         return outcome
 
+    def _park(self, conn: Connection, parked) -> None:
+        conn.parked = parked
+        self._parked.add(conn)
+        heapq.heappush(self._deadlines, (parked.deadline, next(self._sequence), conn, parked))
+        self._add_waiter(parked.partitions, conn.wake)
+        # An append between the first attempt and the line above woke nobody: attempt
+        # once more in this loop iteration so it is not missed.
+        self._woken.add(conn)
+
     def _retry_parked(self) -> None:
+        """Attempt the parked requests that were woken or whose deadline passed."""
+        woken = self._woken
         if not self._parked:
+            woken.clear()
             return
         now = self.clock()
-        woken, self._woken = self._woken, False
-        for conn in list(self._parked):
+        candidates = []
+        while woken:
+            candidates.append(woken.pop())  # set.pop: safe while other threads add
+        heap = self._deadlines
+        while heap and (heap[0][0] <= now or heap[0][2].parked is not heap[0][3]):
+            _, _, conn, parked = heapq.heappop(heap)
+            if conn.parked is parked:
+                candidates.append(conn)
+        for conn in dict.fromkeys(candidates):
             parked = conn.parked
+            if parked is None:
+                continue  # answered already or closed
             final = parked.deadline <= now
-            if not (woken or final):
-                continue
             try:
                 reply = parked.attempt(final)
                 if reply is None:
+                    if final:  # not answered at its deadline: attempted again soon
+                        heapq.heappush(heap, (now, next(self._sequence), conn, parked))
                     continue
                 self._unpark(conn)
                 conn.last_active = now
@@ -459,7 +502,7 @@ class Processor(threading.Thread):
         conn.parked = None
         self._parked.discard(conn)
         if parked is not None:
-            self._remove_waiter(parked.partitions, self.wakeup)
+            self._remove_waiter(parked.partitions, conn.wake)
 
     def _write(self, conn: Connection) -> None:
         """Send as much as the socket takes without blocking."""
@@ -470,7 +513,10 @@ class Processor(threading.Thread):
                 chunk = out[0]
                 if isinstance(chunk, _BYTES):
                     # After a TLS want-write, OpenSSL needs the same bytes again: they are.
-                    sent = conn.sock.send(memoryview(chunk)[conn.head_sent:])
+                    # Bytes followed by a file region (a Fetch response's header) go out
+                    # with MSG_MORE: the kernel sends them in the region's first packet.
+                    more = _MSG_MORE if len(out) > 1 and not conn.tls else 0
+                    sent = conn.sock.send(memoryview(chunk)[conn.head_sent:], more)
                     total = len(chunk)
                 elif conn.tls:
                     sent = self._send_region_tls(conn, chunk)
