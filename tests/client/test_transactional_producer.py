@@ -4,19 +4,23 @@ coordinator, markers, last stable offset) and against librdkafka's mock cluster.
 The mock serves the transaction APIs and writes the markers, but neither hides aborted
 records from read_committed readers, nor applies transactional offset commits, nor fences
 an older producer (each InitProducerId gets a new producer id): those are checked on the
-pylog broker only.
+pylog broker only. A broker answers EndTxn before it has written the markers, so reads
+after a commit or an abort wait until the markers are there (``settled``).
 """
 
 from __future__ import annotations
 
+import time
 import uuid
+from typing import Callable, TypeVar
 
 import confluent_kafka
 import pytest
 
 from pylog.client import SimpleConsumer
+from pylog.client.group_offsets import fetch_group_offsets
 from pylog.client.producer import (
-    Producer, TransactionAbortedError, TransactionStateError)
+    ConsumerGroupMetadata, Producer, TransactionAbortedError, TransactionStateError)
 from pylog.client.transactions import ABORT_MARKER, drop_aborted
 from pylog.client.txn_manager import ProducerFencedError, TransactionAbortableError
 from pylog.errors import ConfigError, UnknownTopicOrPartitionError
@@ -25,6 +29,7 @@ from pylog.testing.broker import BrokerProcess
 from pylog.types import TopicPartition
 
 TIMEOUT = 30
+T = TypeVar("T")
 # Few partitions of the internal topics: each one is loaded at start.
 BROKER_SETTINGS = {"transaction.state.log.num.partitions": 2, "offsets.topic.num.partitions": 2,
                    "num.partitions": 2, "group.initial.rebalance.delay.ms": 0}
@@ -41,6 +46,17 @@ def bootstrap(request) -> str:
     if request.param == "pylog-broker":
         return request.getfixturevalue("pylog_broker").bootstrap
     return request.getfixturevalue("mock_bootstrap")
+
+
+def settled(read: Callable[[], T], expected: T, timeout_s: float = TIMEOUT) -> T:
+    """``read()`` once it returns ``expected``, else its last value after ``timeout_s``
+    (for the assertion to show)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = read()
+        if value == expected or time.monotonic() > deadline:
+            return value
+        time.sleep(0.05)
 
 
 def unique(prefix: str) -> str:
@@ -82,6 +98,15 @@ def log_contents(bootstrap: str, topic: str, partition: int) -> list:
     return [tokens, producers]
 
 
+def read_all(consumer: SimpleConsumer, topic: str, partition: int) -> list[bytes]:
+    offset, end, found = 0, consumer.latest_offset(topic, partition), []
+    while offset < end:
+        result = consumer.fetch(topic, partition, offset)
+        found += [r.value for r in result.records]
+        offset = result.next_offset
+    return found
+
+
 def values(prefix: bytes, count: int) -> list[bytes]:
     return [b"%s%d" % (prefix, i) for i in range(count)]
 
@@ -93,9 +118,10 @@ def test_each_transaction_ends_with_its_marker(bootstrap):
         in_transaction(producer, topic, values(b"a", 6), commit=False)
         in_transaction(producer, topic, values(b"d", 4), commit=True)
     for partition in (0, 1):
-        tokens, producers = log_contents(bootstrap, topic, partition)
-        assert tokens == (values(b"c", 10)[partition::2] + ["COMMIT"] + values(b"a", 6)[partition::2]
-                          + ["ABORT"] + values(b"d", 4)[partition::2] + ["COMMIT"])
+        expected = (values(b"c", 10)[partition::2] + ["COMMIT"] + values(b"a", 6)[partition::2]
+                    + ["ABORT"] + values(b"d", 4)[partition::2] + ["COMMIT"])
+        assert settled(lambda: log_contents(bootstrap, topic, partition)[0], expected) == expected
+        producers = log_contents(bootstrap, topic, partition)[1]
         assert len(producers) == 1 and all(transactional for _, transactional in producers)
 
 
@@ -104,7 +130,8 @@ def test_a_failed_send_makes_the_transaction_abortable(bootstrap):
     with transactional(bootstrap) as producer:
         in_transaction(producer, topic, [b"first"], commit=True)
         producer.begin_transaction()
-        kept = producer.send(topic, b"sent, then aborted", partition=0)
+        written = producer.send(topic, b"written, then aborted", partition=0)
+        producer.flush(TIMEOUT)
         failed = producer.send(topic, b"no such partition", partition=99)
         assert isinstance(failed.exception(timeout=TIMEOUT), UnknownTopicOrPartitionError)
         with pytest.raises(TransactionAbortableError, match="abort_transaction"):
@@ -112,10 +139,10 @@ def test_a_failed_send_makes_the_transaction_abortable(bootstrap):
         with pytest.raises(TransactionAbortableError, match="abort_transaction"):
             producer.commit_transaction(TIMEOUT)
         producer.abort_transaction(TIMEOUT)
-        assert kept.done()
+        assert written.result(timeout=0).offset == 2
         in_transaction(producer, topic, [b"after"], commit=True)
-    assert log_contents(bootstrap, topic, 0)[0][-2:] == [b"after", "COMMIT"]
-    assert b"first" in log_contents(bootstrap, topic, 0)[0]
+    expected = [b"first", "COMMIT", b"written, then aborted", "ABORT", b"after", "COMMIT"]
+    assert settled(lambda: log_contents(bootstrap, topic, 0)[0], expected) == expected
 
 
 def test_abort_drops_records_not_yet_sent(bootstrap):
@@ -127,7 +154,8 @@ def test_abort_drops_records_not_yet_sent(bootstrap):
         producer.abort_transaction(TIMEOUT)
         assert all(isinstance(f.exception(timeout=0), TransactionAbortedError) for f in unsent)
         in_transaction(producer, topic, [b"three", b"four"], commit=True)
-    assert log_contents(bootstrap, topic, 0)[0] == [b"one", "COMMIT", b"three", "COMMIT"]
+    expected = [b"one", "COMMIT", b"three", "COMMIT"]
+    assert settled(lambda: log_contents(bootstrap, topic, 0)[0], expected) == expected
 
 
 def test_calls_in_the_wrong_state_raise(bootstrap):
@@ -175,21 +203,20 @@ def test_read_committed_consumers_see_committed_records_only(pylog_broker):
         producer.begin_transaction()
         open_futures = [producer.send(topic, v, partition=i % 2) for i, v in enumerate(values(b"o", 4))]
         producer.flush(TIMEOUT)
+        open_starts = [min(f.result().offset for f in open_futures if f.result().partition == p) for p in (0, 1)]
         with SimpleConsumer(bootstrap, isolation_level="read_committed") as committed:
-            assert [committed.latest_offset(topic, p) for p in (0, 1)] == \
-                [min(f.result().offset for f in open_futures if f.result().partition == p) for p in (0, 1)]
+            # the last stable offset stops at the open transaction's first record
+            assert settled(lambda: [committed.latest_offset(topic, p) for p in (0, 1)], open_starts) == open_starts
         producer.commit_transaction(TIMEOUT)
         in_transaction(producer, topic, values(b"a2-", 4), commit=False)
     expected = {p: values(b"c", 10)[p::2] + values(b"o", 4)[p::2] for p in (0, 1)}
 
-    with SimpleConsumer(bootstrap, isolation_level="read_committed") as committed:
+    with SimpleConsumer(bootstrap, isolation_level="read_committed") as committed, \
+            SimpleConsumer(bootstrap) as uncommitted:
+        ends = [uncommitted.latest_offset(topic, p) for p in (0, 1)]
+        assert settled(lambda: [committed.latest_offset(topic, p) for p in (0, 1)], ends) == ends
         for partition in (0, 1):
-            offset, end, found = 0, committed.latest_offset(topic, partition), []
-            while offset < end:
-                result = committed.fetch(topic, partition, offset)
-                found += [r.value for r in result.records]
-                offset = result.next_offset
-            assert found == expected[partition]
+            assert read_all(committed, topic, partition) == expected[partition]
 
     consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": unique("rc"),
                                          "isolation.level": "read_committed", "enable.auto.commit": False,
@@ -214,6 +241,24 @@ def test_read_committed_consumers_see_committed_records_only(pylog_broker):
     assert seen == expected
 
 
+def test_offsets_sent_to_a_transaction_commit_with_it(pylog_broker):
+    bootstrap, topic, group = pylog_broker.bootstrap, unique("txn-offsets"), unique("group")
+    with transactional(bootstrap) as producer, SimpleConsumer(bootstrap) as reader:
+        in_transaction(producer, topic, [b"x", b"y"], commit=True)  # the topic exists
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction({TopicPartition(topic, 0): 5, (topic, 1): 6}, group, TIMEOUT)
+        assert fetch_group_offsets(reader.network, group, topic, [0, 1]) == {0: -1, 1: -1}
+        producer.abort_transaction(TIMEOUT)
+        producer.begin_transaction()
+        producer.send(topic, b"output", partition=0)
+        producer.send_offsets_to_transaction({TopicPartition(topic, 0): 7}, ConsumerGroupMetadata(group),
+                                             TIMEOUT)
+        producer.commit_transaction(TIMEOUT)
+        # the commit's marker applies 7; the aborted transaction's 6 for partition 1 never shows
+        committed = {0: 7, 1: -1}
+        assert settled(lambda: fetch_group_offsets(reader.network, group, topic, [0, 1]), committed) == committed
+
+
 def test_a_second_producer_with_the_same_id_fences_the_first(pylog_broker):
     bootstrap, topic, transactional_id = pylog_broker.bootstrap, unique("txn-fence"), unique("fenced")
     first = transactional(bootstrap, transactional_id)
@@ -234,5 +279,21 @@ def test_a_second_producer_with_the_same_id_fences_the_first(pylog_broker):
         in_transaction(second, topic, [b"after"], commit=True)
     assert zombie.result(timeout=0).offset >= 0  # written, then aborted by the coordinator
     with SimpleConsumer(bootstrap, isolation_level="read_committed") as committed:
-        result = committed.fetch(topic, 0, 0)
-        assert [r.value for r in result.records] == [b"before", b"after"]
+        expected = [b"before", b"after"]
+        assert settled(lambda: read_all(committed, topic, 0), expected) == expected
+
+
+def test_closing_a_producer_aborts_its_open_transaction(pylog_broker):
+    bootstrap, topic = pylog_broker.bootstrap, unique("txn-close")
+    producer = transactional(bootstrap)
+    in_transaction(producer, topic, [b"kept"], commit=True)
+    producer.begin_transaction()
+    producer.send(topic, b"left open", partition=0).result(TIMEOUT)
+    with SimpleConsumer(bootstrap, isolation_level="read_committed") as committed:
+        # the open transaction (offset 2, after b"kept" and its marker) holds it back
+        assert settled(lambda: committed.latest_offset(topic, 0), 2) == 2
+        producer.close(TIMEOUT)
+        expected = [b"kept", "COMMIT", b"left open", "ABORT"]
+        assert settled(lambda: log_contents(bootstrap, topic, 0)[0], expected) == expected
+        assert settled(lambda: committed.latest_offset(topic, 0), 4) == 4
+        assert read_all(committed, topic, 0) == [b"kept"]
