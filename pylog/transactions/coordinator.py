@@ -22,6 +22,7 @@ replicated. Errors are Kafka's (``pylog.transactions.codes``).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -49,6 +50,12 @@ TICK_S = 0.05
 S = TxnState
 _IDLE = (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
 _PREPARED = (S.PREPARE_COMMIT, S.PREPARE_ABORT)
+
+
+def _log_failed_abort(transactional_id: str, error: int) -> None:
+    if error:  # the next round tries again
+        log.info("%s: aborting the timed-out transaction failed (error %d)",
+                 transactional_id, error)
 
 
 def _answer(error: int, producer_id: int = -1, producer_epoch: int = -1) -> dict:
@@ -331,9 +338,8 @@ class TransactionCoordinator:
             log.info("%s: aborting the transaction of producer %d open for %d ms (timeout %d)",
                      txn.transactional_id, txn.producer_id, now - txn.start_ms, txn.timeout_ms)
             txn.fence_epoch()
-            self._end(txn, coordinator_epoch, False, True, lambda e, t=txn: e and log.info(
-                "%s: aborting the timed-out transaction failed (error %d)",
-                t.transactional_id, e))
+            self._end(txn, coordinator_epoch, False, True,
+                      functools.partial(_log_failed_abort, txn.transactional_id))
 
     def _expire_ids(self) -> None:
         """Forget transactional ids with no transaction for transactional.id.expiration.ms."""
