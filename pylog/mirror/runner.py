@@ -264,18 +264,14 @@ class Mirror:
         for (topic, partition), task in list(self.tasks.items()):
             records, size = counters.get(topic, (0, 0))
             counters[topic] = (records + task.counters.records, size + task.counters.bytes)
-            lag = None
             try:
                 _, high = self.consumer.get_watermark_offsets(
                     self.ck.TopicPartition(topic, partition), cached=True)
-                if high >= 0 and task.position >= 0:
-                    lag = max(high - task.position, 0)
             except self.ck.KafkaException:
-                pass
-            if lag is None or lags.get(topic, 0) is None:
-                lags[topic] = None
-            else:
-                lags[topic] = lags.get(topic, 0) + lag
+                high = -1
+            lags.setdefault(topic, None)
+            if high >= 0 and task.position >= 0:    # known once the partition was fetched
+                lags[topic] = (lags[topic] or 0) + max(high - task.position, 0)
         committed = ("never" if self.last_commit is None
                      else time.strftime("%H:%M:%S", time.localtime(self.last_commit)))
         status = f"{len(self.tasks)} partitions, last commit {committed}"

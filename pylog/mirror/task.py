@@ -58,6 +58,9 @@ class PartitionTask:
             **producer_settings,
             **{"transactional.id": config.transactional_id(topic, partition),
                "transaction.timeout.ms": config.transaction_timeout_ms}))
+        self._produce = self.producer.produce
+        self._run: list = []
+        self._run_end = -1
         self.committed = -1         # next source offset, as committed in the target
         self.position = -1          # next source offset after what was produced
         self.in_transaction = False
@@ -74,39 +77,55 @@ class PartitionTask:
         """Produce one consumed source record (``message`` is a confluent_kafka Message)."""
         offset = message.offset()
         if not self.in_transaction:
-            if self.committed < 0:
-                self.committed = offset     # no position committed yet: rewinds go here
-            self.producer.begin_transaction()
-            self.in_transaction = True
-            self._runs = []
+            self._begin(offset)
         value = message.value()
         key = message.key()
         headers = message.headers() or []
         headers.append(self.alias_header)
         headers.append((OFFSET_HEADER, b"%d" % offset))
-        runs = self._runs
-        callback = None
-        if not runs or offset != runs[-1][0] + runs[-1][2]:
-            if runs:
-                runs[-1][3] = offset
-            run = [offset, None, 0, offset + 1]
-            runs.append(run)
-            callback = self._first_delivered(run)
-        runs[-1][2] += 1
         timestamp = message.timestamp()[1]
-        kwargs = {} if callback is None else {"on_delivery": callback}
-        while True:
+        if timestamp < 0:
+            timestamp = 0
+        if offset == self._run_end:
+            self._run[2] += 1
             try:
-                self.producer.produce(self.target_topic, value, key, self.partition,
-                                      timestamp=timestamp if timestamp > 0 else 0,
-                                      headers=headers, **kwargs)
-                break
+                self._produce(self.target_topic, value, key, self.partition,
+                              timestamp=timestamp, headers=headers)
             except BufferError:
-                self.producer.poll(0.05)
-        self.position = offset + 1
+                self._produce_when_room(value, key, timestamp, headers, None)
+        else:
+            # A new run (the first record of the transaction, or after a source gap): its
+            # target offset comes with its delivery report.
+            if self._runs:
+                self._runs[-1][3] = offset
+            self._run = run = [offset, None, 1, offset + 1]
+            self._runs.append(run)
+            self._produce_when_room(value, key, timestamp, headers, self._first_delivered(run))
+        self._run_end = self.position = offset + 1
         counters = self.counters
         counters.records += 1
         counters.bytes += (len(value) if value else 0) + (len(key) if key else 0)
+
+    def _begin(self, offset: int) -> None:
+        if self.committed < 0:
+            self.committed = offset     # no position committed yet: rewinds go here
+        self.producer.begin_transaction()
+        self.in_transaction = True
+        self._runs = []
+        self._run_end = -1
+
+    def _produce_when_room(self, value, key, timestamp, headers, on_delivery) -> None:
+        while True:
+            try:
+                if on_delivery is None:
+                    self._produce(self.target_topic, value, key, self.partition,
+                                  timestamp=timestamp, headers=headers)
+                else:
+                    self._produce(self.target_topic, value, key, self.partition,
+                                  timestamp=timestamp, headers=headers, on_delivery=on_delivery)
+                return
+            except BufferError:
+                self.producer.poll(0.05)
 
     def advance(self, position: int) -> None:
         """The consumer moved past source offsets that hold no record (control records)."""
@@ -201,4 +220,4 @@ class PartitionTask:
 
     def close(self) -> None:
         self.producer.flush(0)
-        self.producer = None
+        self.producer = self._produce = None
