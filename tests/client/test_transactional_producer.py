@@ -10,6 +10,9 @@ after a commit or an abort wait until the markers are there (``settled``).
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import threading
 import time
 import uuid
 from typing import Callable, TypeVar
@@ -297,3 +300,42 @@ def test_closing_a_producer_aborts_its_open_transaction(pylog_broker):
         assert settled(lambda: log_contents(bootstrap, topic, 0)[0], expected) == expected
         assert settled(lambda: committed.latest_offset(topic, 0), 4) == 4
         assert read_all(committed, topic, 0) == [b"kept"]
+
+
+def test_a_transaction_commits_across_a_stopped_broker(pylog_broker, caplog):
+    """The broker is SIGSTOPped for longer than the request timeout twice: while records
+    are on their way, then while EndTxn is. The producer retries them on new connections,
+    the broker handles the old ones too when it continues, and the transaction commits
+    once, with every record once."""
+    bootstrap, topic = pylog_broker.bootstrap, unique("txn-stopped")
+    caplog.set_level(logging.DEBUG, logger="pylog.client")
+    producer = transactional(bootstrap, request_timeout_ms=1000, retry_backoff_ms=50)
+    try:
+        producer.begin_transaction()
+        first = [producer.send(topic, b"a%03d" % i, partition=0) for i in range(50)]
+        producer.flush(TIMEOUT)
+        with stopped(pylog_broker):
+            second = [producer.send(topic, b"b%03d" % i, partition=0) for i in range(50)]
+        producer.flush(TIMEOUT)
+        with stopped(pylog_broker):
+            committing = threading.Thread(target=producer.commit_transaction, args=(TIMEOUT,))
+            committing.start()
+        committing.join()
+        assert [f.result(timeout=0).offset for f in first + second] == list(range(100))
+    finally:
+        producer.close()
+    retried = {r.getMessage().split(":")[0] for r in caplog.records if "within 1s" in r.getMessage()}
+    assert {"retrying " + topic + "-0 (attempt 1)", "commit_transaction"} <= retried
+    expected = [b"a%03d" % i for i in range(50)] + [b"b%03d" % i for i in range(50)] + ["COMMIT"]
+    assert settled(lambda: log_contents(bootstrap, topic, 0)[0], expected) == expected
+
+
+@contextlib.contextmanager
+def stopped(broker: BrokerProcess, seconds: float = 2.5):
+    """SIGSTOP the broker, run the block, wait ``seconds`` in all, SIGCONT."""
+    broker.pause()
+    try:
+        yield
+        time.sleep(seconds)
+    finally:
+        broker.resume()
