@@ -326,6 +326,7 @@ class Producer:
         """
         if self._closed:
             return
+        deadline = None if timeout is None else self._clock() + timeout
         if self._txn is not None and self._txn.state in (
                 TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR, TxnState.ABORTING):
             try:
@@ -338,7 +339,7 @@ class Producer:
         with self._acc.cond:
             self._sender.closing = True
             self._acc.cond.notify_all()
-        self._sender.join(timeout)
+        self._sender.join(None if deadline is None else max(deadline - self._clock(), 0.0))
         if self._sender.is_alive():
             error = RequestTimedOutError("the producer was closed before the record was delivered")
             for batch in self._acc.queued_batches():
