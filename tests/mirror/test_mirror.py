@@ -11,9 +11,32 @@ import confluent_kafka as ck
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from tests.mirror.conftest import ALIAS, GROUP, create_topic, mirror_args
+from confluent_kafka.admin import NewPartitions
+
+from pylog.testing.zookeeper import zookeeper_fixture
+from tests.cluster.cluster_helpers import LocalCluster
+from tests.mirror.conftest import ALIAS, BROKER_SETTINGS, GROUP, create_topic, mirror_args
 from tests.mirror.helpers import (
     MirrorProcess, MockCluster, check_exactly_once, produce, read_all)
+
+zookeeper = zookeeper_fixture()
+
+CLUSTER_SETTINGS = {**BROKER_SETTINGS, "transaction.state.log.replication.factor": 3,
+                    "transaction.state.log.min.isr": 2, "offsets.topic.replication.factor": 3,
+                    "default.replication.factor": 3, "min.insync.replicas": 2}
+
+
+@pytest.fixture(scope="module")
+def target_cluster(tmp_path_factory, zookeeper):
+    """Three brokers in ZooKeeper: the aggregate cluster."""
+    cluster = LocalCluster(tmp_path_factory.mktemp("aggregate"),
+                           f"{zookeeper.connect_string}/aggregate", extra=CLUSTER_SETTINGS)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
 
 def committed_total(target_bootstrap: str, topic: str, partitions: int) -> int:
     """How far the mirror's committed source positions on the target have come."""
@@ -42,12 +65,14 @@ def wait_for_commit(mirror: MirrorProcess, target_bootstrap: str, topic: str, pa
 
 def kill_and_restart_while_producing(mirror: MirrorProcess, source_bootstrap: str,
                                      target_bootstrap: str, topic: str, partitions: int,
-                                     rng: random.Random, kills: int = 3) -> list:
+                                     rng: random.Random, kills: int = 3,
+                                     between_rounds=lambda round_number: None) -> list:
     """Produce in rounds; in each the mirror commits something, then is SIGKILLed at a
     random moment (often inside a transaction) and started again."""
     sent = []
-    progress = -1
+    progress = 0
     for round_number in range(kills):
+        between_rounds(round_number)
         transactional = f"producer-{topic}" if round_number % 2 else None
         sent += produce(source_bootstrap, topic, len(sent), 400, partitions, transactional,
                         batches=4)
@@ -62,24 +87,41 @@ def kill_and_restart_while_producing(mirror: MirrorProcess, source_bootstrap: st
     return sent
 
 
-def test_sigkilled_mirror_copies_each_record_once(source, target, tmp_path):
+def test_sigkilled_mirror_copies_each_record_once(source, target_cluster, tmp_path):
+    """A standalone source broker, a three-broker target; a topic matching the regex
+    appears while the mirror runs, and then grows a partition."""
     seed = random.randrange(1 << 30)
     print(f"seed {seed}")
     rng = random.Random(seed)
+    target = target_cluster.bootstrap()
     create_topic(source.bootstrap, "orders", 3, {"retention.ms": "86400000",
                                                  "cleanup.policy": "delete"})
-    mirror = MirrorProcess(tmp_path, mirror_args(tmp_path, source.bootstrap, target.bootstrap,
+    payments: list = []
+    source_admin = AdminClient({"bootstrap.servers": source.bootstrap})
+
+    def new_topic_then_growth(round_number: int) -> None:
+        if round_number == 1:
+            create_topic(source.bootstrap, "payments", 2)
+            payments.extend(produce(source.bootstrap, "payments", 0, 100, 2))
+        elif round_number == 2:
+            source_admin.create_partitions([NewPartitions("payments", 3)])["payments"].result(30)
+            payments.extend(produce(source.bootstrap, "payments", 100, 150, 3))
+
+    mirror = MirrorProcess(tmp_path, mirror_args(tmp_path, source.bootstrap, target,
                                                  "orders|payments"))
     mirror.start()
     try:
-        sent = kill_and_restart_while_producing(mirror, source.bootstrap, target.bootstrap,
-                                                "orders", 3, rng)
-        mirrored = read_all(target.bootstrap, f"{ALIAS}.orders", 3, len(sent))
+        sent = kill_and_restart_while_producing(mirror, source.bootstrap, target, "orders", 3,
+                                                rng, between_rounds=new_topic_then_growth)
+        mirrored = read_all(target, f"{ALIAS}.orders", 3, len(sent))
         check_exactly_once(sent, mirrored, ALIAS)
+        check_exactly_once(payments, read_all(target, f"{ALIAS}.payments", 3, len(payments)),
+                           ALIAS)
         assert mirror.stop() == 0, mirror.logs()[-3000:]     # SIGTERM: a clean stop
     finally:
         mirror.kill()
-    admin = AdminClient({"bootstrap.servers": target.bootstrap})
+    admin = AdminClient({"bootstrap.servers": target})
+    assert len(admin.list_topics(timeout=30).topics[f"{ALIAS}.payments"].partitions) == 3
     configs = admin.describe_configs([ConfigResource("topic", f"{ALIAS}.orders")])
     entries = next(iter(configs.values())).result(30)
     assert entries["retention.ms"].value == "86400000"

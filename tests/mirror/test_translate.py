@@ -9,7 +9,6 @@ import sys
 import time
 
 import confluent_kafka as ck
-import pytest
 
 from tests.mirror.conftest import ALIAS, create_topic, mirror_args
 from tests.mirror.helpers import MirrorProcess, produce
