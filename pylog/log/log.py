@@ -494,6 +494,7 @@ class Log:
             for segment in dirty:
                 segment.offset_index.flush()
                 segment.time_index.flush()
+                segment.txn_index.flush()
             fds = [os.dup(s.records.fd) for s in dirty]
             truncations = self._truncations
         try:
