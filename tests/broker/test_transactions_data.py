@@ -206,6 +206,21 @@ def test_a_parked_read_committed_fetch_wakes_when_the_transaction_commits(broker
     assert partition["last_stable_offset"] == 2 and partition["records"]
 
 
+def test_list_offsets_by_timestamp_stops_at_the_last_stable_offset(wire):
+    topic = new_topic(wire)
+    pid = producer_id(wire)
+    early, late = 1_700_000_000_000, 1_700_000_100_000
+    assert produce(wire, topic, build_batch([(None, b"p", (), early)]), None)["error_code"] == 0
+    open_batch = build_batch([(None, b"t", (), late)], producer_id=pid, producer_epoch=0,
+                             base_sequence=0, is_transactional=True)
+    assert produce(wire, topic, open_batch)["error_code"] == 0
+    assert list_offset(wire, topic, 0, timestamp=late) == 1
+    assert list_offset(wire, topic, READ_COMMITTED, timestamp=late) == -1  # not stable yet
+    assert list_offset(wire, topic, READ_COMMITTED, timestamp=early) == 0
+    assert write_marker(wire, topic, pid, commit=True) == 0
+    assert list_offset(wire, topic, READ_COMMITTED, timestamp=late) == 1
+
+
 def test_produce_checks(wire):
     topic = new_topic(wire)
     pid = producer_id(wire)
