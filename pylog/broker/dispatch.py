@@ -308,8 +308,6 @@ class Dispatcher:
             return self.admin.create_topics(body, version)
         if api_key == ApiKey.DELETE_TOPICS:
             return self.admin.delete_topics(body, version)
-        if api_key == ApiKey.INIT_PRODUCER_ID:
-            return self.admin.init_producer_id(body, version)
         if api_key == ApiKey.CREATE_PARTITIONS:
             return self.admin.create_partitions(body, version)
         if api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:

@@ -183,13 +183,15 @@ class Broker:
                                   cleaner_config=config.cleaner_config,
                                   producer_id_expiration_ms=config["producer.id.expiration.ms"])
         self.manager.load()
-        self.manager.start(flush_check_ms=config["log.flush.scheduler.interval.ms"],
-                           retention_check_ms=config["log.retention.check.interval.ms"],
-                           checkpoint_ms=config["replica.high.watermark.checkpoint.interval.ms"])
         self.metadata = build_cluster_metadata(config, endpoint)
         waiters = AppendWaiters()
         logs = PartitionLogs(self.manager, self.metadata, config.log_config, waiters)
         self.metadata.add_listener(logs.on_metadata_change)
+        # Retention and the cleaner start only now that the loaded logs have their topics'
+        # configs: with the defaults, a compacted topic's old segments would be deleted.
+        self.manager.start(flush_check_ms=config["log.flush.scheduler.interval.ms"],
+                           retention_check_ms=config["log.retention.check.interval.ms"],
+                           checkpoint_ms=config["replica.high.watermark.checkpoint.interval.ms"])
         if config["zookeeper.connect"]:
             self.replicas = ReplicaManager(
                 logs, self.metadata, lag_time_ms=config["replica.lag.time.max.ms"],

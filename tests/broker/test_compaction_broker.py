@@ -165,3 +165,26 @@ def test_sigkill_while_cleaning_loses_nothing(broker):
     records = consume_all(broker, topic)
     check_model(records, acked, tombstones_may_go=False)
     assert len(records) < len(acked) / 2
+
+
+def test_a_restart_keeps_old_segments_of_a_compacted_topic(broker):
+    """Retention starts only once the loaded logs have their topics' configs: with the
+    defaults (cleanup.policy=delete, 7 days) a compacted topic's segments of records
+    written long ago would be deleted at the first retention check after a restart."""
+    create_topic(broker, "old-keys", **{"min.cleanable.dirty.ratio": "0.99"})
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5,
+                         "batch.num.messages": 10})
+    long_ago = int(time.time() * 1000) - 365 * 24 * 3600 * 1000
+    for n in range(200):
+        producer.produce("old-keys", key=f"k{n}".encode(), value=b"x" * 50, timestamp=long_ago)
+    assert producer.flush(30) == 0
+    directory = broker.log_dir / "old-keys-0"
+    assert len(list(directory.glob("*.log"))) > 1, "the records should span several segments"
+    broker.stop()
+    broker.start()
+    time.sleep(1)  # the first retention check runs right after start
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "old-keys",
+                         "enable.auto.commit": False})
+    low, high = consumer.get_watermark_offsets(TopicPartition("old-keys", 0), timeout=10)
+    consumer.close()
+    assert (low, high) == (0, 200)
