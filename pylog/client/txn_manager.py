@@ -4,6 +4,7 @@ States (``TxnState``) and the calls that move between them::
 
     UNINITIALIZED --init_transactions--> READY --begin_transaction--> IN_TRANSACTION
     IN_TRANSACTION --commit_transaction--> COMMITTING --EndTxn(commit)--> READY
+    IN_TRANSACTION / COMMITTING --a record or a request fails--> ABORTABLE_ERROR
     IN_TRANSACTION / ABORTABLE_ERROR --abort_transaction--> ABORTING --EndTxn(abort)--> READY
     any --fenced, not authorized, ...--> FATAL_ERROR (the producer can only be closed)
 
@@ -36,7 +37,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from pylog.client.coordinator_requests import (
     GROUP_KEY, TRANSACTION_KEY, CoordinatorRequests, CoordinatorRetry)
@@ -46,6 +47,9 @@ from pylog.errors import (
     KafkaError, PylogError, RequestTimedOutError, RetriableError, UnsupportedVersionError)
 from pylog.protocol import ApiKey
 from pylog.types import TopicPartition
+
+if TYPE_CHECKING:
+    from pylog.client.sender import Idempotence
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +107,7 @@ class TransactionManager:
     application thread ends transactions, the sender thread adds partitions)."""
 
     def __init__(self, network: NetworkClient, transactional_id: str, transaction_timeout_ms: int,
-                 idempotence, *, retry_backoff_s: float, clock: Callable[[], float] = time.monotonic,
+                 idempotence: "Idempotence", *, retry_backoff_s: float, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep,
                  on_state: Callable[["TxnState"], None] = lambda state: None) -> None:
         self.network = network
