@@ -5,6 +5,9 @@
   OPERATION_NOT_ATTEMPTED), as in Kafka.
 * AddOffsetsToTxn -- TransactionalId Write, then Group Read.
 * EndTxn -- TransactionalId Write.
+* TxnOffsetCommit -- TransactionalId Write, then Group Read (either refused fails every
+  partition), then Topic Read per topic (a refused topic's partitions get
+  TOPIC_AUTHORIZATION_FAILED, the others are committed), as in Kafka.
 * DescribeTransactions -- TransactionalId Describe per id.
 * ListTransactions -- only the ids the principal may describe are listed.
 
@@ -62,6 +65,30 @@ def _end_txn(body: dict, version: int, access: Access) -> Verdict:
                              "error_code": TRANSACTIONAL_ID_AUTHORIZATION_FAILED})
 
 
+def _txn_offset_commit(body: dict, version: int, access: Access) -> Verdict:
+    def failed(topics, code: int) -> list[dict]:
+        return [{"name": t["name"], "partitions": [
+            {"partition_index": p["partition_index"], "error_code": code}
+            for p in t["partitions"]]} for t in topics]
+
+    topics = body["topics"]
+    if not _may_write(access, body["transactional_id"]):
+        code = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    elif not access.group(Op.READ, body["group_id"]):
+        code = GROUP_AUTHORIZATION_FAILED
+    else:
+        kept = [t for t in topics if access.topic(Op.READ, t["name"])]
+        refused = failed([t for t in topics if not access.topic(Op.READ, t["name"])],
+                         TOPIC_AUTHORIZATION_FAILED)
+        if not refused:
+            return Verdict(body)
+        if not kept:
+            return Verdict(response={"throttle_time_ms": 0, "topics": refused})
+        return Verdict(dict(body, topics=kept),
+                       lambda response: dict(response, topics=list(response["topics"]) + refused))
+    return Verdict(response={"throttle_time_ms": 0, "topics": failed(topics, code)})
+
+
 def _describe(body: dict, version: int, access: Access) -> Verdict:
     def allowed(transactional_id: str) -> bool:
         return access(Op.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id)
@@ -88,6 +115,7 @@ TRANSACTION_CHECKS = {
     ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions,
     ApiKey.ADD_OFFSETS_TO_TXN: _add_offsets,
     ApiKey.END_TXN: _end_txn,
+    ApiKey.TXN_OFFSET_COMMIT: _txn_offset_commit,
     ApiKey.DESCRIBE_TRANSACTIONS: _describe,
     ApiKey.LIST_TRANSACTIONS: _list,
 }

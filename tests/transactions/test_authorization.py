@@ -15,6 +15,7 @@ from tests.transactions.clients import END, run_transaction
 
 PASSWORDS = {"admin": "admin-Secret-1", "app": "app-Secret-1"}
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED = 53, 29
+GROUP_AUTHORIZATION_FAILED = 30
 
 
 @pytest.fixture(scope="module")
@@ -92,5 +93,22 @@ def test_refused_ids_and_topics(secured):
             "transactional_id": "someone-else", "producer_id": init["producer_id"],
             "producer_epoch": init["producer_epoch"], "committed": True}, 3)
         assert end["error_code"] == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+        def txn_offset_commit(transactional_id: str, group_id: str) -> dict:
+            answer = connection.request(ApiKey.TXN_OFFSET_COMMIT, {
+                "transactional_id": transactional_id, "group_id": group_id,
+                "producer_id": init["producer_id"], "producer_epoch": init["producer_epoch"],
+                "topics": [{"name": name, "partitions": [
+                    {"partition_index": 0, "committed_offset": 1}]}
+                    for name in ("allowed", "refused")]}, 3)
+            return {t["name"]: t["partitions"][0]["error_code"] for t in answer["topics"]}
+
+        assert txn_offset_commit("someone-else", "app-reader") == {
+            "allowed": TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            "refused": TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+        assert txn_offset_commit("app-tx", "not-my-group") == {
+            "allowed": GROUP_AUTHORIZATION_FAILED, "refused": GROUP_AUTHORIZATION_FAILED}
+        assert txn_offset_commit("app-tx", "app-reader") == {
+            "allowed": 0, "refused": TOPIC_AUTHORIZATION_FAILED}
     finally:
         connection.close()
