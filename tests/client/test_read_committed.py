@@ -1,7 +1,8 @@
 """SimpleConsumer(isolation_level="read_committed") against a pylog broker and librdkafka's mock.
 
-pylog brokers have no transactions: read_committed reads the same records, and the last
-stable offset is the high watermark. librdkafka's mock cluster stores transactions (with
+Without transactions a pylog broker's read_committed reads the same records, and the last
+stable offset is the high watermark (its transactions are tested with this consumer in
+tests/client/test_transactional_producer.py). librdkafka's mock cluster stores transactions (with
 their ABORT/COMMIT control batches) but reports neither aborted transactions nor a last
 stable offset below the high watermark in its Fetch responses -- even librdkafka's own
 read_committed consumer gets aborted records from it. So the aborted-range filter is
