@@ -5,7 +5,8 @@ On a terminal one line is redrawn in place (a progress bar, every half second);
 otherwise -- a log file, Airflow's task log -- one line every ``progress_seconds`` (the
 loader config, default 10) and a last line when the tasks end::
 
-    pylog load page_views: 5/8 tasks, 2 running, 1200000 records (40000/s), 96.0 MB (3.2 MB/s), slowest partition 2 (1/3 tasks), 30s
+    pylog load page_views: 5/8 tasks, 2 running, 1200000 records (40000/s), 96.0 MB (3.2 MB/s),
+    slowest partition 2 (1/3 tasks), 30s                                      (one line)
 
 Progress comes from the run's done markers in the state store (each finished task's
 records and bytes; only markers not seen before are read) and, with Spark, the job
