@@ -134,14 +134,23 @@ def run(args) -> int:
     try:
         try:
             mirror.start()
-        except MirrorSetupError as exc:
+        except (MirrorSetupError, mirror.ck.KafkaException) as exc:
             mirror.close()
-            raise PylogError(str(exc)) from None
-        mirror.run()
+            raise PylogError(_one_line(exc)) from None
+        try:
+            mirror.run()
+        except mirror.ck.KafkaException as exc:
+            # What librdkafka could not retry; a restart resumes after the last commit.
+            raise PylogError(_one_line(exc)) from None
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0
+
+
+def _one_line(exc: Exception) -> str:
+    error = exc.args[0] if exc.args else exc
+    return error.str() if hasattr(error, "str") else str(error)
 
 
 def run_translate(args) -> int:

@@ -148,3 +148,37 @@ def test_sigkilled_mirror_from_the_mock_cluster(target, tmp_path):
             mirror.kill()
     finally:
         mock.close()
+
+
+def wait_for_log(mirror: MirrorProcess, text: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in mirror.logs():
+        assert mirror.alive(), mirror.logs()[-3000:]
+        assert time.monotonic() < deadline, f"no {text!r} in:\n" + mirror.logs()[-3000:]
+        time.sleep(0.2)
+
+
+def test_two_members_share_the_partitions_and_hand_them_over(source, target, tmp_path):
+    """A second process with the same settings takes some partitions; when the first
+    stops (SIGTERM) the second takes them all; every record once."""
+    create_topic(source.bootstrap, "shared", 4)
+    args = mirror_args(tmp_path, source.bootstrap, target.bootstrap, "shared")
+    first = MirrorProcess(tmp_path / "first", args).start()
+    second = MirrorProcess(tmp_path / "second", args)
+    try:
+        sent = produce(source.bootstrap, "shared", 0, 400, 4)
+        wait_for_commit(first, target.bootstrap, f"{ALIAS}.shared", 4, 0)
+        second.start()
+        wait_for_log(second, "assigned shared")
+        sent += produce(source.bootstrap, "shared", len(sent), 400, 4, "shared-producer", batches=4)
+        wait_for_commit(second, target.bootstrap, f"{ALIAS}.shared", 4, 400)
+        assert first.stop() == 0, first.logs()[-3000:]
+        sent += produce(source.bootstrap, "shared", len(sent), 400, 4)
+        check_exactly_once(sent, read_all(target.bootstrap, f"{ALIAS}.shared", 4, len(sent)),
+                           ALIAS)
+        assert second.alive()
+        # Both took part: each wrote some of the records.
+        assert "assigned shared" in first.logs()
+    finally:
+        first.kill()
+        second.kill()
