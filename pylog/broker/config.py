@@ -548,7 +548,8 @@ class BrokerSetting:
 
 
 _TYPE_NAMES = {_int: "long", _bool: "boolean", _float: "double", _str: "string",
-               parse_cleanup_policy: "list", _sasl_mechanisms: "list", _jaas: "password"}
+               _host_port: "string", parse_cleanup_policy: "list", _sasl_mechanisms: "list",
+               _jaas: "password"}
 
 
 def broker_settings() -> list[BrokerSetting]:
