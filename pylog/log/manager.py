@@ -107,6 +107,8 @@ class LogManager:
                 self._lock_dir(log_dir)
             marker = log_dir / layout.CLEAN_SHUTDOWN_FILE
             clean = marker.exists()
+            had_checkpoints = (log_dir / layout.RECOVERY_POINT_CHECKPOINT).exists()
+            loaded_here = []
             recovery_points = OffsetCheckpointFile(log_dir / layout.RECOVERY_POINT_CHECKPOINT).read_or_empty()
             start_offsets = OffsetCheckpointFile(log_dir / layout.LOG_START_OFFSET_CHECKPOINT).read_or_empty()
             high_watermarks = OffsetCheckpointFile(log_dir / layout.REPLICATION_OFFSET_CHECKPOINT).read_or_empty()
@@ -123,9 +125,13 @@ class LogManager:
                     self._logs[tp] = opened
                     self._dir_of[tp] = log_dir
                 loaded.append(tp)
+                loaded_here.append(tp)
             self.cleaner.load_checkpoint(log_dir)
-            log.info("%s: loaded %d logs after a%s shutdown", log_dir, len(loaded),
-                     " clean" if clean else "n unclean")
+            if not clean and not loaded_here and not had_checkpoints:
+                log.info("%s: a new log dir", log_dir)
+            else:
+                log.info("%s: loaded %d logs after a%s shutdown", log_dir, len(loaded_here),
+                         " clean" if clean else "n unclean")
             self._write_checkpoints(log_dir)
             marker.unlink(missing_ok=True)
             fsync_directory(log_dir)

@@ -267,3 +267,17 @@ def test_background_thread_checkpoints_high_watermarks_without_a_flush(tmp_path)
             time.sleep(0.02)
     finally:
         mgr.close()
+
+
+def test_a_new_log_dir_is_not_reported_as_an_unclean_shutdown(tmp_path, caplog):
+    caplog.set_level("INFO", logger="pylog.log.manager")
+    manager = LogManager([tmp_path / "fresh"], LogConfig())
+    manager.load()
+    manager.get_or_create("t", 0).append(make_batch(1))
+    manager.close()
+    assert "a new log dir" in caplog.text and "unclean" not in caplog.text
+    caplog.clear()
+    again = LogManager([tmp_path / "fresh"], LogConfig())
+    again.load()
+    again.close()
+    assert "loaded 1 logs after a clean shutdown" in caplog.text
