@@ -15,7 +15,14 @@ from pylog.client.partitioner import (
     murmur2,
     murmur2_partition,
 )
-from pylog.client.producer import Producer
+from pylog.client.producer import (
+    ConsumerGroupMetadata,
+    Producer,
+    ProducerFencedError,
+    TransactionAbortableError,
+    TransactionAbortedError,
+    TransactionStateError,
+)
 from pylog.client.results import (
     FetchResult,
     OffsetOutOfRange,
@@ -31,5 +38,6 @@ __all__ = [
     "Admin", "SimpleConsumer", "Producer", "FetchResult", "RawFetchResult", "RecordMetadata",
     "TopicDescription", "PartitionDescription", "OffsetOutOfRange", "Record", "BrokerEndpoint",
     "TopicPartition", "DefaultPartitioner", "RoundRobinPartitioner", "Partitioner", "murmur2",
-    "murmur2_partition",
+    "murmur2_partition", "ConsumerGroupMetadata", "ProducerFencedError",
+    "TransactionAbortableError", "TransactionAbortedError", "TransactionStateError",
 ]
