@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import threading
 from dataclasses import dataclass
 
 
@@ -71,11 +72,16 @@ class OffsetSyncStore:
 
     def __init__(self, max_runs: int = 100_000) -> None:
         self.max_runs = max_runs
+        self._lock = threading.Lock()     # the mirror adds, its checkpoint thread translates
         self._runs: dict[tuple[str, int], list[OffsetSync]] = {}
         self._starts: dict[tuple[str, int], list[int]] = {}
 
     def add(self, topic: str, partition: int, runs: list[OffsetSync]) -> None:
         """Add runs of a later transaction (a replayed older one is ignored)."""
+        with self._lock:
+            self._add(topic, partition, runs)
+
+    def _add(self, topic: str, partition: int, runs: list[OffsetSync]) -> None:
         key = (topic, partition)
         known = self._runs.setdefault(key, [])
         starts = self._starts.setdefault(key, [])
@@ -89,15 +95,21 @@ class OffsetSyncStore:
             del starts[:len(starts) - self.max_runs]
 
     def runs(self, topic: str, partition: int) -> list[OffsetSync]:
-        return list(self._runs.get((topic, partition), ()))
+        with self._lock:
+            return list(self._runs.get((topic, partition), ()))
 
     def forget(self, topic: str, partition: int) -> None:
-        self._runs.pop((topic, partition), None)
-        self._starts.pop((topic, partition), None)
+        with self._lock:
+            self._runs.pop((topic, partition), None)
+            self._starts.pop((topic, partition), None)
 
     def translate(self, topic: str, partition: int, source_position: int) -> int | None:
         """The target offset at which a reader resumes after the source records before
         ``source_position``; None while the mirror has not copied up to there."""
+        with self._lock:
+            return self._translate(topic, partition, source_position)
+
+    def _translate(self, topic: str, partition: int, source_position: int) -> int | None:
         runs = self._runs.get((topic, partition))
         if not runs:
             return None

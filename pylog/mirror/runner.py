@@ -59,6 +59,7 @@ class Mirror:
         self.consumer = None
         self.offsets_consumer = None
         self.checkpoints = None
+        self._checkpoint_job = None
         self._pool = ThreadPoolExecutor(PARALLEL, thread_name_prefix="mirror")
 
     # -- start ---------------------------------------------------------------------------
@@ -251,10 +252,15 @@ class Mirror:
             self._subscribe(topics)
 
     def _write_checkpoints(self) -> None:
-        if not self.tasks:
+        """In the background: listing the source's groups must not hold up mirroring."""
+        running = self._checkpoint_job
+        if not self.tasks or (running is not None and not running.done()):
             return
+        self._checkpoint_job = self._pool.submit(self._checkpoint, set(self.tasks))
+
+    def _checkpoint(self, owned: set[tuple[str, int]]) -> None:
         try:
-            self.checkpoints.write(set(self.tasks))
+            self.checkpoints.write(owned)
         except (self.ck.KafkaException, TimeoutError) as exc:
             log.warning("writing checkpoints failed: %s", exc)
 
@@ -286,6 +292,8 @@ class Mirror:
             task.abort()
             task.close()
         self.tasks.clear()
+        if self._checkpoint_job is not None:
+            self._checkpoint_job.result()
         if self.checkpoints is not None:
             self.checkpoints.close()
         if self.offsets_consumer is not None:

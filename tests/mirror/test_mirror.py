@@ -5,6 +5,7 @@ value, timestamp, headers and partition (read back with a read_committed consume
 from __future__ import annotations
 
 import random
+import signal
 import time
 
 import confluent_kafka as ck
@@ -180,5 +181,32 @@ def test_two_members_share_the_partitions_and_hand_them_over(source, target, tmp
         # Both took part: each wrote some of the records.
         assert "assigned shared" in first.logs()
     finally:
+        first.kill()
+        second.kill()
+
+
+def test_a_stalled_mirror_is_fenced_by_the_member_that_took_over(source, target, tmp_path):
+    """SIGSTOP one member (its session expires, another takes its partitions and fences
+    its transactional ids), then SIGCONT it: what it still had open can never commit."""
+    create_topic(source.bootstrap, "stalled", 2)
+    args = mirror_args(tmp_path, source.bootstrap, target.bootstrap, "stalled")
+    first = MirrorProcess(tmp_path / "first", args).start()
+    second = MirrorProcess(tmp_path / "second", args)
+    try:
+        sent = produce(source.bootstrap, "stalled", 0, 300, 2)
+        progress = wait_for_commit(first, target.bootstrap, f"{ALIAS}.stalled", 2, 0)
+        sent += produce(source.bootstrap, "stalled", len(sent), 300, 2)
+        first.process.signal(signal.SIGSTOP)         # likely inside a transaction
+        second.start()
+        wait_for_log(second, "assigned stalled")
+        sent += produce(source.bootstrap, "stalled", len(sent), 300, 2)
+        wait_for_commit(second, target.bootstrap, f"{ALIAS}.stalled", 2, progress)
+        first.process.signal(signal.SIGCONT)
+        sent += produce(source.bootstrap, "stalled", len(sent), 300, 2, "stalled-producer")
+        check_exactly_once(sent, read_all(target.bootstrap, f"{ALIAS}.stalled", 2, len(sent)),
+                           ALIAS)
+        assert second.alive()
+    finally:
+        first.process.signal(signal.SIGCONT)
         first.kill()
         second.kill()
