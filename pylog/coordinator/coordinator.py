@@ -28,16 +28,17 @@ from typing import Callable
 
 from pylog.broker.config import BrokerConfig
 from pylog.broker.partitions import AppendWaiters, PartitionLogs
-from pylog.cluster.metadata import NO_LEADER, ClusterMetadata
+from pylog.cluster.metadata import ClusterMetadata
 from pylog.coordinator.codes import (
     COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR)
 from pylog.coordinator.group import Group, GroupState, Member
+from pylog.coordinator.internal_topic import AppendQueue
 from pylog.coordinator.records import partition_for
 from pylog.coordinator.replay import OffsetsReplay
 from pylog.coordinator.store import (
-    OFFSETS_TOPIC, AppendTicket, CoordinatorNotAvailableError, NotCoordinatorError,
-    OffsetsTopicStore, TxnProducer, offsets_tp)
-from pylog.errors import KafkaError, TopicAlreadyExistsError
+    OFFSETS_TOPIC, CoordinatorNotAvailableError, NotCoordinatorError, OffsetsTopicStore,
+    TxnProducer, offsets_tp)
+from pylog.errors import KafkaError
 
 log = logging.getLogger(__name__)
 
@@ -60,17 +61,15 @@ class GroupCoordinator:
 
         self.config = config
         self.metadata = metadata
-        self.waiters = waiters
         self.clock = clock
         self.wall_ms = wall_ms or (lambda: int(time.time() * 1000))
         self.store = OffsetsTopicStore(logs, metadata, config["offsets.commit.timeout.ms"],
                                        config["offsets.load.buffer.size"], clock)
         self.lock = threading.RLock()
+        self.appends = AppendQueue(self.store, waiters, self.lock, clock, _coordinator_error)
         self.groups: dict[str, Group] = {}
         self._loaded: dict[int, int] = {}  # partition -> leader epoch it was loaded in
         self._loading: set[int] = set()
-        self._appends: list[tuple[AppendTicket, Callable]] = []
-        self._to_wake: set[int] = set()
         # (partition, producer id, commit, marker offset), from the marker writer's thread
         self._markers: deque[tuple[int, int, bool, int]] = deque()
         self._stopping = threading.Event()
@@ -100,7 +99,7 @@ class GroupCoordinator:
         with self.lock:
             for partition in list(self._loaded):
                 self._unload(partition)
-        self._flush_wakes()
+        self.appends.flush_wakes()
 
     def _run(self) -> None:
         while not self._stopping.is_set():
@@ -109,7 +108,7 @@ class GroupCoordinator:
             try:
                 self._follow_leadership()
                 with self.lock:
-                    self.drain_appends()
+                    self.appends.drain()
                     self._apply_markers()
                     if self._deleted_topics:
                         deleted, self._deleted_topics = self._deleted_topics, set()
@@ -122,7 +121,7 @@ class GroupCoordinator:
                         self.offsets.expire(self.wall_ms())
             except Exception:  # noqa: BLE001 -- the timer thread must survive a bad round
                 log.exception("group coordinator round failed")
-            self._flush_wakes()
+            self.appends.flush_wakes()
 
     def _on_metadata_change(self) -> None:
         """Note topics that were deleted; their committed offsets go at the next round
@@ -164,34 +163,19 @@ class GroupCoordinator:
         """Create ``__consumer_offsets`` on first use; False if it cannot exist yet."""
         if self.metadata.topic(OFFSETS_TOPIC) is not None:
             return True
-        live = len(self.metadata.brokers())
-        if live == 0:
-            return False
-        replication = max(1, min(self.config["offsets.topic.replication.factor"], live))
-        configs = {"cleanup.policy": "compact",
-                   "segment.bytes": str(self.config["offsets.topic.segment.bytes"])}
-        try:
-            self.metadata.create_topic(OFFSETS_TOPIC, self.config["offsets.topic.num.partitions"],
-                                       replication, configs)
-            log.info("created %s with %d partitions, replication factor %d", OFFSETS_TOPIC,
-                     self.config["offsets.topic.num.partitions"], replication)
-        except TopicAlreadyExistsError:
-            pass
-        except KafkaError as error:
-            log.warning("could not create %s: %s", OFFSETS_TOPIC, error)
-            return False
-        self._kick.set()
-        return True
+        created = self.store.create_if_missing(
+            self.config["offsets.topic.num.partitions"],
+            self.config["offsets.topic.replication.factor"],
+            {"segment.bytes": str(self.config["offsets.topic.segment.bytes"])})
+        if created:
+            self._kick.set()
+        return created
 
     def coordinator_of(self, group_id: str):
         """The live broker leading the group's partition, or None."""
         if not self.ensure_offsets_topic():
             return None
-        topic = self.metadata.topic(OFFSETS_TOPIC)
-        state = None if topic is None else topic.partitions.get(self.partition_of(group_id))
-        if state is None or state.leader == NO_LEADER:
-            return None
-        return next((b for b in self.metadata.brokers() if b.broker_id == state.leader), None)
+        return self.store.leader_of(self.partition_of(group_id))
 
     def lookup(self, group_id: str, create: bool = False) -> tuple[Group | None, int]:
         """The group (None if unknown) and 0, or None and the error that says why this
@@ -293,7 +277,7 @@ class GroupCoordinator:
             unloaded.add(group_id)
         self.txn_offsets.forget_partition(partition, unloaded)
         self._loaded.pop(partition, None)
-        self._to_wake.add(partition)
+        self.appends.wake(partition)
         log.info("unloaded the groups of %s", offsets_tp(partition))
 
     # -- persistence ----------------------------------------------------------------------
@@ -308,50 +292,23 @@ class GroupCoordinator:
         try:
             ticket = self.store.append(partition, records, self.wall_ms(), producer)
         except KafkaError as error:
-            on_done(_coordinator_error(error))
-            self._to_wake.add(partition)
+            self.appends.fail(partition, error, on_done)
             return
         if on_appended is not None:
             on_appended(ticket.base_offset)
-        self._appends.append((ticket, on_done))
-        self.drain_appends()
-
-    def drain_appends(self) -> None:
-        """Finish the appends whose outcome is known. Call with the lock held."""
-        if not self._appends:
-            return
-        now = self.clock()
-        waiting = []
-        for ticket, on_done in self._appends:
-            outcome = ticket.outcome(now)
-            if outcome is False:
-                waiting.append((ticket, on_done))
-                continue
-            on_done(0 if outcome is None else _coordinator_error(outcome))
-            self._to_wake.add(ticket.partition)
-        self._appends = waiting
+        self.appends.add(ticket, on_done)
 
     def poll(self) -> None:
         """Called by parked requests when woken: finish what can be finished."""
-        with self.lock:
-            self.drain_appends()
-        self._flush_wakes()
+        self.appends.poll()
 
     def wake(self, partition: int) -> None:
-        self._to_wake.add(partition)
-
-    def _flush_wakes(self) -> None:
-        with self.lock:
-            partitions, self._to_wake = self._to_wake, set()
-        for partition in partitions:
-            self.waiters.notify(offsets_tp(partition))
+        """Wake the requests parked on ``partition`` once the lock is released."""
+        self.appends.wake(partition)
 
     def run_locked(self, action: Callable):
         """Run ``action()`` under the lock, then wake the requests it completed."""
-        with self.lock:
-            result = action()
-        self._flush_wakes()
-        return result
+        return self.appends.run_locked(action)
 
 
 def _coordinator_error(error: KafkaError) -> int:

@@ -113,7 +113,7 @@ class TransactionCoordinator:
             try:
                 self.state.follow_leadership(self._on_loaded, self.markers.remove_partition)
                 with self.state.lock:
-                    self.state.drain_appends()
+                    self.state.appends.drain()
                     completions, self._completions = self._completions, []
                 for job in completions:
                     self._on_markers_written(job)
@@ -122,14 +122,14 @@ class TransactionCoordinator:
                 if now >= self._next_abort:
                     self._next_abort = now + self.config[
                         "transaction.abort.timed.out.transaction.cleanup.interval.ms"] / 1000
-                    self.state.run_locked(self._abort_timed_out)
+                    self.state.appends.run_locked(self._abort_timed_out)
                 if now >= self._next_expiry:
                     self._next_expiry = now + self.config[
                         "transaction.remove.expired.transaction.cleanup.interval.ms"] / 1000
-                    self.state.run_locked(self._expire_ids)
+                    self.state.appends.run_locked(self._expire_ids)
             except Exception:  # noqa: BLE001 -- the timer thread must survive a bad round
                 log.exception("transaction coordinator round failed")
-            self.state.flush_wakes()
+            self.state.appends.flush_wakes()
 
     def _on_loaded(self, partition: int, epoch: int, loaded: list[TxnMetadata]) -> None:
         """A newly led partition: finish the transactions its old leader had prepared."""
@@ -151,7 +151,7 @@ class TransactionCoordinator:
             return _answer(INVALID_REQUEST)
         if not 0 < timeout_ms <= self.config["transaction.max.timeout.ms"]:
             return _answer(INVALID_TRANSACTION_TIMEOUT)
-        return self.state.run_locked(
+        return self.state.appends.run_locked(
             lambda: self._init_locked(transactional_id, timeout_ms, expected))
 
     def _new_producer_id(self) -> dict:
@@ -221,7 +221,7 @@ class TransactionCoordinator:
         """Add ``partitions`` to the id's transaction (starting one if none is open)."""
         if not transactional_id:
             return INVALID_REQUEST
-        return self.state.run_locked(lambda: self._add_locked(
+        return self.state.appends.run_locked(lambda: self._add_locked(
             transactional_id, producer_id, producer_epoch, partitions))
 
     def _add_locked(self, transactional_id: str, producer_id: int, producer_epoch: int,
@@ -257,7 +257,7 @@ class TransactionCoordinator:
         is replicated; the markers and CompleteCommit/CompleteAbort follow."""
         if not transactional_id:
             return INVALID_REQUEST
-        return self.state.run_locked(lambda: self._end_locked(
+        return self.state.appends.run_locked(lambda: self._end_locked(
             transactional_id, producer_id, producer_epoch, commit))
 
     def _end_locked(self, transactional_id: str, producer_id: int, producer_epoch: int,
@@ -323,7 +323,7 @@ class TransactionCoordinator:
 
             self.state.persist(txn, txn.prepare_complete(self.wall_ms()), coordinator_epoch,
                                written)
-        self.state.flush_wakes()
+        self.state.appends.flush_wakes()
 
     # -- timeouts and expiry ----------------------------------------------------------------
 
@@ -355,7 +355,7 @@ class TransactionCoordinator:
     # -- DescribeTransactions / ListTransactions ------------------------------------------
 
     def describe(self, transactional_id: str) -> dict:
-        return self.state.run_locked(lambda: self._describe_locked(transactional_id))
+        return self.state.appends.run_locked(lambda: self._describe_locked(transactional_id))
 
     def _describe_locked(self, transactional_id: str) -> dict:
         answer = {"error_code": 0, "transactional_id": transactional_id,
@@ -380,7 +380,7 @@ class TransactionCoordinator:
 
     def list_transactions(self, states: list[str], producer_ids: list[int],
                           duration_ms: int = -1) -> dict:
-        return self.state.run_locked(
+        return self.state.appends.run_locked(
             lambda: self._list_locked(states, producer_ids, duration_ms))
 
     def _list_locked(self, states: list[str], producer_ids: list[int],

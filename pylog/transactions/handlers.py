@@ -65,7 +65,7 @@ class TransactionHandlers:
             return render(answer)
         partition = self.coordinator.state.partition_of(transactional_id)
         work = GroupWork([answer], lambda bodies: render(bodies[0]), on_timeout,
-                         self.clock() + APPEND_TIMEOUT_S + 1, self.coordinator.state.poll,
+                         self.clock() + APPEND_TIMEOUT_S + 1, self.coordinator.state.appends.poll,
                          [txn_tp(partition)])
         return work.attempt(final=False) or work
 

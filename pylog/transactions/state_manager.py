@@ -23,8 +23,8 @@ from typing import Callable
 
 from pylog.broker.partitions import AppendWaiters, PartitionLogs
 from pylog.cluster.metadata import ClusterMetadata
+from pylog.coordinator.internal_topic import AppendQueue
 from pylog.coordinator.records import partition_for
-from pylog.coordinator.store import AppendTicket
 from pylog.errors import KafkaError
 from pylog.transactions.codes import (
     COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, coordinator_error)
@@ -46,16 +46,14 @@ class TransactionStateManager:
                  waiters: AppendWaiters, clock: Callable[[], float] = time.monotonic,
                  wall_ms: Callable[[], int] | None = None) -> None:
         self.config = config
-        self.waiters = waiters
         self.clock = clock
         self.wall_ms = wall_ms or (lambda: int(time.time() * 1000))
         self.store = TransactionLogStore(logs, metadata, config, clock)
         self.lock = threading.RLock()
+        self.appends = AppendQueue(self.store, waiters, self.lock, clock, coordinator_error)
         self.txns: dict[str, TxnMetadata] = {}
         self._loaded: dict[int, int] = {}  # partition -> the leader epoch it was loaded in
         self._loading: set[int] = set()
-        self._appends: list[tuple[AppendTicket, Callable[[int], None]]] = []
-        self._to_wake: set[int] = set()
         self.kick: Callable[[], None] = lambda: None
 
     # -- who coordinates what -----------------------------------------------------------
@@ -154,7 +152,7 @@ class TransactionStateManager:
         for transactional_id in [t for t in self.txns if self.partition_of(t) == partition]:
             del self.txns[transactional_id]
         self._loaded.pop(partition, None)
-        self._to_wake.add(partition)
+        self.appends.wake(partition)
         log.info("unloaded the transactional ids of %s", txn_tp(partition))
 
     def unload_all(self, on_unloaded: Callable[[int], None]) -> None:
@@ -162,7 +160,7 @@ class TransactionStateManager:
             for partition in list(self._loaded):
                 self._unload(partition)
                 on_unloaded(partition)
-        self.flush_wakes()
+        self.appends.flush_wakes()
 
     # -- writing changes ------------------------------------------------------------------
 
@@ -187,45 +185,9 @@ class TransactionStateManager:
             on_written(error)
 
         try:
-            ticket = self.store.append(partition, encode_key(txn.transactional_id), value,
+            ticket = self.store.append(partition, [(encode_key(txn.transactional_id), value)],
                                        self.wall_ms())
         except KafkaError as error:
-            done(coordinator_error(error))
-            self._to_wake.add(partition)
+            self.appends.fail(partition, error, done)
             return
-        self._appends.append((ticket, done))
-        self.drain_appends()
-
-    def drain_appends(self) -> None:
-        """Finish the writes whose outcome is known. Call with the lock held."""
-        if not self._appends:
-            return
-        now = self.clock()
-        waiting = []
-        for ticket, done in self._appends:
-            outcome = ticket.outcome(now)
-            if outcome is False:
-                waiting.append((ticket, done))
-                continue
-            done(0 if outcome is None else coordinator_error(outcome))
-            self._to_wake.add(ticket.partition)
-        self._appends = waiting
-
-    def poll(self) -> None:
-        """Called by parked requests when woken: finish what can be finished."""
-        with self.lock:
-            self.drain_appends()
-        self.flush_wakes()
-
-    def flush_wakes(self) -> None:
-        with self.lock:
-            partitions, self._to_wake = self._to_wake, set()
-        for partition in partitions:
-            self.waiters.notify(txn_tp(partition))
-
-    def run_locked(self, action: Callable):
-        """Run ``action()`` under the lock, then wake the requests it completed."""
-        with self.lock:
-            result = action()
-        self.flush_wakes()
-        return result
+        self.appends.add(ticket, done)
