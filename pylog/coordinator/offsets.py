@@ -58,18 +58,7 @@ class OffsetManager:
         error = self._commit_allowed(group, generation, member_id, instance_id)
         if error:
             return dict.fromkeys(offsets, error)
-        results: dict[tuple[str, int], int] = {}
-        values: dict[tuple[str, int], OffsetValue] = {}
-        now_ms = self.coordinator.wall_ms()
-        metadata_view = self.coordinator.metadata
-        for (topic, partition), (offset, epoch, metadata) in offsets.items():
-            topic_meta = metadata_view.topic(topic)
-            if topic_meta is None or partition not in topic_meta.partitions:
-                results[(topic, partition)] = UNKNOWN_TOPIC_OR_PARTITION
-            elif metadata is not None and len(metadata.encode()) > self.metadata_max_bytes:
-                results[(topic, partition)] = OFFSET_METADATA_TOO_LARGE
-            else:
-                values[(topic, partition)] = OffsetValue(offset, epoch, metadata or "", now_ms)
+        results, values = self.values_to_commit(offsets)
         if not values:
             return results
         pending = Pending()
@@ -88,6 +77,27 @@ class OffsetManager:
         self.coordinator.persist(group.partition, records, stored,
                                  on_appended=written_at.append)
         return pending
+
+    def values_to_commit(self, offsets: dict[tuple[str, int], tuple[int, int, str | None]]
+                         ) -> tuple[dict[tuple[str, int], int],
+                                    dict[tuple[str, int], OffsetValue]]:
+        """The offsets of an OffsetCommit or TxnOffsetCommit as values to write, stamped
+        now, and the errors of those refused: a partition that does not exist
+        (UNKNOWN_TOPIC_OR_PARTITION), metadata over ``offset.metadata.max.bytes``
+        (OFFSET_METADATA_TOO_LARGE)."""
+        results: dict[tuple[str, int], int] = {}
+        values: dict[tuple[str, int], OffsetValue] = {}
+        now_ms = self.coordinator.wall_ms()
+        metadata_view = self.coordinator.metadata
+        for (topic, partition), (offset, epoch, metadata) in offsets.items():
+            topic_meta = metadata_view.topic(topic)
+            if topic_meta is None or partition not in topic_meta.partitions:
+                results[(topic, partition)] = UNKNOWN_TOPIC_OR_PARTITION
+            elif metadata is not None and len(metadata.encode()) > self.metadata_max_bytes:
+                results[(topic, partition)] = OFFSET_METADATA_TOO_LARGE
+            else:
+                values[(topic, partition)] = OffsetValue(offset, epoch, metadata or "", now_ms)
+        return results, values
 
     def _commit_allowed(self, group: Group, generation: int, member_id: str,
                         instance_id: str | None) -> int:

@@ -22,10 +22,10 @@ import logging
 
 from pylog.coordinator.codes import (
     COORDINATOR_NOT_AVAILABLE, FENCED_INSTANCE_ID, ILLEGAL_GENERATION, INVALID_GROUP_ID,
-    NONE, OFFSET_METADATA_TOO_LARGE, UNKNOWN_MEMBER_ID, UNKNOWN_TOPIC_OR_PARTITION)
+    NONE, UNKNOWN_MEMBER_ID)
 from pylog.coordinator.group import (
     Group, GroupState, Pending, StoredOffset, TopicPartitionKey)
-from pylog.coordinator.records import OffsetValue, offset_key, offset_value
+from pylog.coordinator.records import offset_key, offset_value
 from pylog.coordinator.store import TxnProducer
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,6 @@ class TxnOffsetManager:
 
     def __init__(self, coordinator) -> None:
         self.coordinator = coordinator
-        self.metadata_max_bytes = coordinator.config["offset.metadata.max.bytes"]
         self._groups_of_producer: dict[int, set[str]] = {}
 
     # -- TxnOffsetCommit ----------------------------------------------------------------------
@@ -55,7 +54,7 @@ class TxnOffsetManager:
         error = _txn_commit_allowed(group, generation, member_id, instance_id)
         if error:
             return dict.fromkeys(offsets, error)
-        results, values = self._validate(offsets)
+        results, values = self.coordinator.offsets.values_to_commit(offsets)
         if not values:
             return results
         pending = Pending()
@@ -78,20 +77,6 @@ class TxnOffsetManager:
         self.coordinator.persist(group.partition, records, stored, producer=producer,
                                  on_appended=appended)
         return pending
-
-    def _validate(self, offsets) -> tuple[dict, dict[TopicPartitionKey, OffsetValue]]:
-        results: dict[TopicPartitionKey, int] = {}
-        values: dict[TopicPartitionKey, OffsetValue] = {}
-        now_ms = self.coordinator.wall_ms()
-        for (topic, partition), (offset, epoch, metadata) in offsets.items():
-            topic_meta = self.coordinator.metadata.topic(topic)
-            if topic_meta is None or partition not in topic_meta.partitions:
-                results[(topic, partition)] = UNKNOWN_TOPIC_OR_PARTITION
-            elif metadata is not None and len(metadata.encode()) > self.metadata_max_bytes:
-                results[(topic, partition)] = OFFSET_METADATA_TOO_LARGE
-            else:
-                values[(topic, partition)] = OffsetValue(offset, epoch, metadata or "", now_ms)
-        return results, values
 
     def _forget_failed(self, group: Group, producer_id: int, values, written) -> None:
         """The write did not count (Kafka's failPendingTxnOffsetCommit): its offsets are
