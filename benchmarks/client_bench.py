@@ -1,8 +1,10 @@
 """pylog's client next to confluent-kafka (librdkafka, C), both against the same pylog broker.
 
 1. Produce: N 200-byte values (acks=1, linger 5 ms, batch 64 KB, no compression) with
-   pylog's Producer and with confluent-kafka's Producer into one partition each.
-   Prints msgs/s and pylog/confluent.
+   pylog's Producer -- ``send`` (a future per record), ``produce`` with an
+   ``on_delivery`` callback, ``produce`` alone -- and with confluent-kafka's Producer
+   (a delivery callback per record), into one partition each. Prints msgs/s and each
+   pylog figure as a fraction of confluent-kafka's in the same run.
 2. Consume: one partition of N records read from the beginning with
    ``SimpleConsumer.fetch`` (Record objects), with ``fetch_raw`` + ``decode_columns``
    (the loader's column path), and with a confluent-kafka consumer (assign + consume).
@@ -32,16 +34,34 @@ BATCH_SIZE = 65536
 FETCH_BYTES = 4 * 1024 * 1024
 
 
-def pylog_produce(bootstrap: str, topic: str, count: int) -> float:
+def pylog_produce(bootstrap: str, topic: str, count: int, how: str = "send") -> float:
+    """msgs/s of ``count`` sends: ``send`` (a future per record), ``produce`` with an
+    ``on_delivery`` callback (as the confluent-kafka run), or ``produce`` alone."""
+    failed = []
+
+    def report(err, metadata):
+        if err is not None:
+            failed.append(err)
+
     with Producer(bootstrap, acks=1, linger_ms=5, batch_size=BATCH_SIZE) as producer:
         producer.send(topic, VALUE, partition=0).result()  # metadata and connection up
         start = time.perf_counter()
-        futures = [producer.send(topic, VALUE, partition=0) for _ in range(count)]
+        if how == "send":
+            futures = [producer.send(topic, VALUE, partition=0) for _ in range(count)]
+        elif how == "produce+callback":
+            produce = producer.produce
+            for _ in range(count):
+                produce(topic, VALUE, partition=0, on_delivery=report)
+        else:
+            produce = producer.produce
+            for _ in range(count):
+                produce(topic, VALUE, partition=0)
         producer.flush()
         elapsed = time.perf_counter() - start
-    failed = sum(1 for f in futures if f.exception() is not None)
+    if how == "send":
+        failed = [f for f in futures if f.exception() is not None]
     if failed:
-        raise SystemExit(f"pylog producer: {failed} sends failed")
+        raise SystemExit(f"pylog producer ({how}): {len(failed)} sends failed")
     return count / elapsed
 
 
@@ -144,11 +164,12 @@ def main() -> int:
             for topic in ("by-pylog", "by-confluent"):
                 admin.create_topic(topic)
         print(f"produce: {n} x 200-byte values, acks=1, linger 5 ms, batch 64 KB, one partition")
-        ours = pylog_produce(broker.bootstrap, "by-pylog", n)
+        ours = {how: pylog_produce(broker.bootstrap, "by-pylog", n, how)
+                for how in ("send", "produce+callback", "produce")}
         theirs = confluent_produce(broker.bootstrap, "by-confluent", n)
-        print(f"  pylog Producer       {ours:>12,.0f} msgs/s")
-        print(f"  confluent-kafka      {theirs:>12,.0f} msgs/s")
-        print(f"  pylog / confluent    {ours / theirs:>12.2f}")
+        for how, rate in ours.items():
+            print(f"  pylog {how:<22}{rate:>12,.0f} msgs/s  ({rate / theirs:.2f} of confluent-kafka)")
+        print(f"  confluent-kafka (callback)  {theirs:>12,.0f} msgs/s")
         end = n + 1
         print(f"consume: {end} records of one partition from the beginning")
         fetched = pylog_fetch(broker.bootstrap, "by-confluent", end)

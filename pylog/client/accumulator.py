@@ -1,10 +1,12 @@
 """The producer's record accumulator: per-partition queues of batches being filled.
 
-``send()`` appends to the last open batch of the partition (a new one when the record
-would push it past ``batch_size``). The sender thread drains batches that are *ready*:
-full, older than ``linger_ms``, or everything when a flush or close asks for it. Bytes
-held in unsent or unacknowledged batches are capped by ``buffer_memory``; ``append``
-waits for room.
+``send()`` and ``produce()`` append to the open batch of the partition (a new one when
+the record would push it past ``batch_size``); the record is encoded into the batch's
+buffer right away (:class:`~pylog.records.records_buffer.RecordsBuffer`, in C when
+built), and a future exists only for the records that asked for one. The sender thread
+drains batches that are *ready*: full, older than ``linger_ms``, or everything when a
+flush or close asks for it. Bytes held in unsent or unacknowledged batches are capped by
+``buffer_memory``; ``append`` waits for room.
 """
 
 from __future__ import annotations
@@ -17,24 +19,34 @@ from typing import Callable, Sequence
 
 from pylog.client.futures import new_record_future
 from pylog.errors import RequestTimedOutError
-from pylog.records import BatchBuilder
+from pylog.records import BATCH_HEADER_SIZE, BatchBuilder
 from pylog.records.record import Header
 from pylog.types import TopicPartition
 
 
+# ``append``'s ``waiter`` asking for a new future (None: nobody waits for the record).
+NEW_FUTURE = object()
+
+
 @dataclass(eq=False)
 class ProducerBatch:
-    """One batch on its way: the builder, one future per record, retry state."""
+    """One batch on its way: the records (encoded as appended), who waits for them, retry state.
+
+    ``waiters`` is lazily aligned with the records: entry ``i`` is record ``i``'s future or
+    ``on_delivery`` callback, or None; records past its end have nobody waiting (a
+    producer that never asks for futures or callbacks keeps it empty).
+    """
 
     tp: TopicPartition
     builder: BatchBuilder
     created: float
-    futures: list[Future] = field(default_factory=list)
-    timestamps: list[int] = field(default_factory=list)
+    held: int  # bytes of the accumulator's buffer_memory this batch holds
+    waiters: list = field(default_factory=list)
     condition: threading.Condition = field(default_factory=threading.Condition)
     attempts: int = 0
     retry_at: float = 0.0
     closed: bool = False
+    done: bool = False  # delivered or failed
     sequence: int | None = None  # an idempotent producer's base sequence, once assigned
     _encoded: bytes | None = None
 
@@ -52,12 +64,21 @@ class ProducerBatch:
         return self._encoded
 
     @property
+    def record_count(self) -> int:
+        return len(self.builder.records)
+
+    @property
     def size(self) -> int:
         return self.builder.size_in_bytes
 
 
 class RecordAccumulator:
-    """Thread-safe batch queues shared by ``Producer.send`` and the sender thread."""
+    """Thread-safe batch queues shared by ``Producer.send`` and the sender thread.
+
+    Memory is counted per batch, as the Java client's buffer pool does: a new batch holds
+    ``batch_size`` bytes (or its own size, when one record is larger) until it is closed,
+    then its real size until it is delivered; so appending a record costs no accounting.
+    """
 
     def __init__(self, *, batch_size: int, linger_s: float, compression: int,
                  buffer_memory: int, clock: Callable[[], float],
@@ -70,46 +91,77 @@ class RecordAccumulator:
         self.clock = clock
         self._on_new_batch = on_new_batch
         self.transactional = transactional  # every batch is part of a transaction
-        self.cond = threading.Condition()
+        self._lock = threading.RLock()  # entered directly on the hot path (a C context manager)
+        self.cond = threading.Condition(self._lock)
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self._open: dict[TopicPartition, ProducerBatch] = {}  # the batch records go to, per partition
+        self._records_limit = max(batch_size - BATCH_HEADER_SIZE, 0)
         self._bytes_held = 0
         self._incomplete = 0  # batches created and not yet completed or failed
         self.flushing = 0
 
     def append(self, tp: TopicPartition, key: bytes | None, value: bytes | None,
-               headers: Sequence[Header], timestamp: int, max_block_s: float) -> Future:
-        """Queue one record; returns its future. Waits while the buffer is full."""
-        with self.cond:
+               headers: Sequence[Header], timestamp: int, max_block_s: float,
+               waiter: object = NEW_FUTURE) -> Future | None:
+        """Queue one record. ``waiter``: NEW_FUTURE (the default) returns the record's new
+        future; an ``on_delivery(error, metadata)`` callable is called once the record is
+        delivered or failed; None queues the record with nobody waiting.
+
+        Waits while the buffer is full (RequestTimedOutError after ``max_block_s``).
+        """
+        with self._lock:
             if self._bytes_held >= self.buffer_memory:
                 self._wait_for_room(max_block_s)
-            queue = self._queues.get(tp)
-            if queue is None:
-                queue = self._queues[tp] = deque()
-            batch = queue[-1] if queue and not queue[-1].closed else None
-            if batch is not None and batch.builder.would_exceed(self.batch_size, key, value, headers):
-                batch.closed = True
-                self._on_new_batch(tp)
-                batch = None
-                self.cond.notify_all()
+            batch = self._open.get(tp)
             if batch is None:
-                batch = ProducerBatch(tp, BatchBuilder(compression=self.compression,
-                                                      is_transactional=self.transactional), self.clock())
-                queue.append(batch)
-                self._incomplete += 1
-                self.cond.notify_all()  # the sender sets its linger timer from the new batch
-            builder = batch.builder
-            before = builder.size_in_bytes if batch.futures else 0  # a new batch holds its header too
-            builder.append(key, value, headers, timestamp)
-            size = builder.size_in_bytes
-            self._bytes_held += size - before
-            future = new_record_future(batch.condition)
-            batch.futures.append(future)
-            batch.timestamps.append(timestamp)
-            if size >= self.batch_size:
-                batch.closed = True
-                self._on_new_batch(tp)
-                self.cond.notify_all()
-        return future
+                batch = self._new_batch(tp)
+            size = batch.builder.records.append(key, value, timestamp, headers, self._records_limit)
+            if size < 0:  # the batch is full: this record starts the next one
+                self._close(batch)
+                batch = self._new_batch(tp)
+                size = batch.builder.records.append(key, value, timestamp, headers, self._records_limit)
+            if waiter is not None:
+                waiters = batch.waiters
+                index = len(batch.builder.records) - 1
+                if len(waiters) < index:
+                    waiters.extend([None] * (index - len(waiters)))
+                if waiter is NEW_FUTURE:
+                    waiter = new_record_future(batch.condition)
+                    waiters.append(waiter)
+                else:
+                    waiters.append(waiter)
+                    waiter = None
+            if size >= self._records_limit:
+                self._close(batch)
+        return waiter
+
+    def _new_batch(self, tp: TopicPartition) -> ProducerBatch:
+        batch = ProducerBatch(tp, BatchBuilder(compression=self.compression, is_transactional=self.transactional),
+                              self.clock(), self.batch_size)
+        queue = self._queues.get(tp)
+        if queue is None:
+            queue = self._queues[tp] = deque()
+        queue.append(batch)
+        self._open[tp] = batch
+        self._incomplete += 1
+        self._bytes_held += batch.held
+        self.cond.notify_all()  # the sender sets its linger timer from the new batch
+        return batch
+
+    def _close(self, batch: ProducerBatch) -> None:
+        """No more records for ``batch`` (full, or drained): it now holds its real size."""
+        self._seal(batch)
+        self._on_new_batch(batch.tp)
+        self.cond.notify_all()
+
+    def _seal(self, batch: ProducerBatch) -> None:
+        if not batch.closed:
+            batch.closed = True
+            if self._open.get(batch.tp) is batch:
+                del self._open[batch.tp]
+            size = batch.size
+            self._bytes_held += size - batch.held
+            batch.held = size
 
     def _wait_for_room(self, max_block_s: float) -> None:
         deadline = self.clock() + max_block_s
@@ -132,7 +184,7 @@ class RecordAccumulator:
                         or batch.attempts):
                     break
                 queue.popleft()
-                batch.closed = True
+                self._seal(batch)
                 ready.append(batch)
         return ready
 
@@ -171,7 +223,7 @@ class RecordAccumulator:
     def complete(self, batch: ProducerBatch) -> None:
         """A batch is done (delivered or failed): free its bytes."""
         with self.cond:
-            self._bytes_held -= batch.size
+            self._bytes_held -= batch.held
             self._incomplete -= 1
             self.cond.notify_all()
 
@@ -184,6 +236,7 @@ class RecordAccumulator:
         with self.cond:
             batches = [b for q in self._queues.values() for b in q]
             self._queues.clear()
+            self._open.clear()
             return batches
 
 

@@ -1,4 +1,4 @@
-"""Per-record delivery futures that share one lock per batch.
+"""Per-record delivery: futures that share one lock per batch, and delivery callbacks.
 
 A plain ``concurrent.futures.Future`` builds its own Condition (a lock, a deque and the
 condition object) -- for a producer sending hundreds of thousands of records a second,
@@ -19,8 +19,14 @@ Futures.
 
 from __future__ import annotations
 
+import logging
 import threading
 from concurrent.futures import Future, InvalidStateError
+from typing import Callable
+
+from pylog.client.results import RecordMetadata
+
+log = logging.getLogger(__name__)
 
 _PLAIN_ATTRIBUTES = {"_condition", "_state", "_result", "_exception", "_waiters", "_done_callbacks"}
 
@@ -64,3 +70,44 @@ def settle_all(condition: threading.Condition, futures: list[Future], results: l
                     future.set_result(results[i])
             except InvalidStateError:
                 pass
+
+
+def deliver(condition: threading.Condition, waiters: list, topic: str, partition: int,
+            base_offset: int, timestamps: list[int], exception: BaseException | None = None) -> int:
+    """Settle the waiters of one batch: each is None, a record future, or an
+    ``on_delivery(error, metadata)`` callback; entry ``i`` is record ``i`` (offset
+    ``base_offset + i``, or -1 when not known or on failure). Futures are settled first,
+    together under the batch lock, then callbacks are called in record order; a callback
+    that raises is logged and does not stop the others.
+
+    Returns how many of the ``len(timestamps)`` records had nobody waiting.
+    """
+    callbacks: list[tuple[Callable, RecordMetadata]] = []
+    waited = 0
+    with condition:
+        for i, waiter in enumerate(waiters):
+            if waiter is None:
+                continue
+            waited += 1
+            offset = base_offset + i if base_offset >= 0 and exception is None else -1
+            metadata = RecordMetadata(topic, partition, offset, timestamps[i])
+            if not isinstance(waiter, Future):
+                callbacks.append((waiter, metadata))
+            elif (exception is None and _SHARING_WORKS and waiter._state == "PENDING"
+                  and not (waiter._waiters or waiter._done_callbacks)):
+                waiter._result, waiter._state = metadata, "FINISHED"  # what set_result does
+            else:
+                try:
+                    if exception is not None:
+                        waiter.set_exception(exception)
+                    else:
+                        waiter.set_result(metadata)
+                except InvalidStateError:
+                    pass  # already settled
+        condition.notify_all()
+    for callback, metadata in callbacks:
+        try:
+            callback(exception, metadata)
+        except Exception:
+            log.exception("on_delivery callback %r raised for %s-%d", callback, topic, partition)
+    return len(timestamps) - waited

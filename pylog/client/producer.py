@@ -19,9 +19,10 @@ import time
 from concurrent.futures import Future
 from typing import Any, Callable, Iterable, Mapping
 
-from pylog.client.accumulator import RecordAccumulator
+from pylog.client.accumulator import NEW_FUTURE, RecordAccumulator
 from pylog.client.network import NetworkClient
 from pylog.client.partitioner import as_partitioner
+from pylog.client.results import RecordMetadata
 from pylog.client.sender import Idempotence, Sender
 from pylog.client.txn_manager import (
     ConsumerGroupMetadata, ProducerFencedError, TransactionAbortableError, TransactionAbortedError,
@@ -126,8 +127,7 @@ class Producer:
         self._max_block_s = max_block_ms / 1000
         self._retry_backoff_s = retry_backoff_ms / 1000
         self._retries = retries
-        self._partition_cache: dict[str, tuple] = {}
-        self._tps: dict[tuple[str, int], TopicPartition] = {}
+        self._routes: dict[str, _TopicRoute] = {}
         on_new_batch = getattr(self._partitioner, "on_new_batch", None)
         self._acc = RecordAccumulator(
             batch_size=batch_size, linger_s=linger_ms / 1000, compression=codec,
@@ -159,47 +159,93 @@ class Producer:
         record (UnknownTopicOrPartitionError, timeouts, broker errors) are set on the future.
         Raises TypeError for values that are not bytes/str/None, PylogError once closed;
         a transactional producer raises TransactionStateError outside a transaction.
+        For many small records, :meth:`produce` (no future) is several times cheaper.
         """
         refusal = self._refusal
         if refusal is not None:
             raise refusal()
-        value_bytes = _to_bytes("value", value)
-        key_bytes = _to_bytes("key", key)
-        record_headers = _headers(headers)
-        ts = self._wall_clock_ms() if timestamp is None else int(timestamp)
         try:
-            chosen = self._choose_partition(topic, key_bytes, partition)
-            tp = self._tps.get((topic, chosen))
-            if tp is None:
-                tp = self._tps[(topic, chosen)] = TopicPartition(topic, chosen)
-            return self._acc.append(tp, key_bytes, value_bytes, record_headers, ts, self._max_block_s)
+            return self._append(topic, value, key, partition, headers, timestamp, NEW_FUTURE)
         except PylogError as exc:
-            if self._txn is not None:
-                self._txn.record_failed(exc)  # the transaction cannot commit without it
             failed: Future = Future()
             failed.set_exception(exc)
             return failed
 
-    def _choose_partition(self, topic: str, key: bytes | None, partition: int | None) -> int:
-        partitions, available = self._partitions_of(topic)
-        if partition is not None:
-            if partition not in partitions:
-                raise UnknownTopicOrPartitionError(f"{topic} has no partition {partition} "
-                                                   f"(partitions 0-{len(partitions) - 1})")
-            return partition
-        return self._partitioner.partition(topic, key, partitions, available)
+    def produce(self, topic: str, value: bytes | str | None, key: bytes | str | None = None,
+                partition: int | None = None, *,
+                on_delivery: Callable[[PylogError | None, RecordMetadata], Any] | None = None,
+                headers: Mapping[str, Any] | Iterable | None = None, timestamp: int | None = None) -> None:
+        """Queue one record without a future: the fast path for many records.
 
-    def _partitions_of(self, topic: str) -> tuple[list[int], list[int]]:
-        """(all, with a leader) partition ids, cached until the metadata snapshot changes."""
+        The record is encoded into its partition's batch at once and nothing else is kept
+        for it, unless ``on_delivery(error, metadata)`` is given: the sender thread calls it
+        once the record is written (``error`` None, ``metadata`` a RecordMetadata with its
+        offset) or has failed (``error`` the exception, ``metadata.offset`` -1), in send
+        order per partition. Keep callbacks short; one that raises is logged. ``flush``
+        waits for every record, idempotence and transactions work as with :meth:`send`.
+
+        >>> producer.produce("events", b"hello", key=b"user-1")
+        >>> producer.produce("events", b"again", on_delivery=lambda err, md: print(err or md.offset))
+        >>> producer.flush()
+        42
+
+        An error that keeps the record from being queued (UnknownTopicOrPartitionError,
+        RequestTimedOutError when the buffer stays full for ``max_block_ms``) goes to
+        ``on_delivery`` before ``produce`` returns, or is raised without one. Raises
+        TypeError for values that are not bytes/str/None, PylogError once closed;
+        a transactional producer raises TransactionStateError outside a transaction.
+        A record that fails with nobody waiting for it is counted in a logged warning.
+        """
+        refusal = self._refusal
+        if refusal is not None:
+            raise refusal()
+        try:
+            self._append(topic, value, key, partition, headers, timestamp, on_delivery)
+        except PylogError as exc:
+            if on_delivery is None:
+                raise
+            on_delivery(exc, RecordMetadata(topic, -1 if partition is None else partition, -1,
+                                            -1 if timestamp is None else int(timestamp)))
+
+    def _append(self, topic: str, value, key, partition: int | None, headers, timestamp: int | None,
+                waiter: object) -> Future | None:
+        """Queue a record for ``send``/``produce`` (see RecordAccumulator.append's ``waiter``)."""
+        if value is not None and value.__class__ is not bytes:
+            value = _to_bytes("value", value)
+        if key is not None and key.__class__ is not bytes:
+            key = _to_bytes("key", key)
+        try:
+            route = self._routes.get(topic)
+            if route is None or route.snapshot is not self._network.snapshot():
+                route = self._route(topic)
+            if partition is None:
+                partition = self._partitioner.partition(topic, key, route.partitions, route.available)
+            tp = route.tps.get(partition)
+            if tp is None:
+                raise UnknownTopicOrPartitionError(f"{topic} has no partition {partition} "
+                                                   f"(partitions 0-{len(route.partitions) - 1})")
+            return self._acc.append(tp, key, value, _headers(headers) if headers else (),
+                                    self._wall_clock_ms() if timestamp is None else int(timestamp),
+                                    self._max_block_s, waiter)
+        except PylogError as exc:
+            if self._txn is not None:
+                self._txn.record_failed(exc)  # the transaction cannot commit without it
+            raise
+
+    def _route(self, topic: str) -> "_TopicRoute":
+        """The topic's partitions, looked up again when the metadata snapshot changed (the
+        sender refreshes it when it is stale or old)."""
         snapshot = self._network.snapshot()
-        cached = self._partition_cache.get(topic)
-        if cached is not None and cached[0] is snapshot and not self._network.stale:
-            return cached[1], cached[2]
-        metadata = self._topic_metadata(topic)
-        partitions = sorted(metadata.partitions)
-        available = [p for p in partitions if metadata.partitions[p].leader >= 0]
-        self._partition_cache[topic] = (self._network.snapshot(), partitions, available)
-        return partitions, available
+        route = self._routes.get(topic)
+        if route is None or route.snapshot is not snapshot or self._network.stale:
+            metadata = self._topic_metadata(topic)
+            partitions = sorted(metadata.partitions)
+            old = {} if route is None else route.tps
+            route = self._routes[topic] = _TopicRoute(
+                self._network.snapshot(), partitions,
+                [p for p in partitions if metadata.partitions[p].leader >= 0],
+                {p: old.get(p) or TopicPartition(topic, p) for p in partitions})
+        return route
 
     def _topic_metadata(self, topic: str):
         deadline = self._clock() + self._max_block_s
@@ -352,6 +398,17 @@ class Producer:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+class _TopicRoute:
+    """A topic's partitions under one metadata snapshot: all, with a leader, and one
+    TopicPartition per partition (made once, not per record)."""
+
+    __slots__ = ("snapshot", "partitions", "available", "tps")
+
+    def __init__(self, snapshot, partitions: list[int], available: list[int],
+                 tps: dict[int, TopicPartition]) -> None:
+        self.snapshot, self.partitions, self.available, self.tps = snapshot, partitions, available, tps
 
 
 def _closed_error() -> PylogError:

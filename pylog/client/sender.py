@@ -5,13 +5,14 @@ the ready batches, group them by partition leader, and send one Produce request 
 leader carrying at most one batch per partition (up to ``max_in_flight`` requests are
 written before the responses are read). Each batch then ends in exactly one of:
 
-* delivered -- every record future gets a RecordMetadata;
+* delivered -- every record future (or ``on_delivery`` callback) gets a RecordMetadata;
 * retried -- a retriable error (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, a
   timeout, a dead connection) puts it back at the head of its queue after a back-off
   (``retry_backoff_ms``, doubling per attempt up to a second), with metadata marked
   stale so the next send finds the new leader;
 * failed -- a non-retriable error, ``retries`` used up or ``delivery_timeout_ms`` passed:
-  every record future gets the exception. Nothing is dropped silently.
+  every record future or callback gets the exception (records nobody waits for are
+  counted in a warning). Nothing is dropped silently.
 
 Idempotence (:class:`Idempotence`, as the Java client does it): the sender takes a
 producer id with InitProducerId before it sends, and numbers each partition's batches
@@ -39,9 +40,8 @@ import threading
 from typing import Callable
 
 from pylog.client.accumulator import ProducerBatch, RecordAccumulator
-from pylog.client.futures import settle_all
+from pylog.client.futures import deliver
 from pylog.client.network import NetworkClient, backoff_delay
-from pylog.client.results import RecordMetadata
 from pylog.client.txn_manager import RetryLater, TransactionManager
 from pylog.errors import (
     InvalidProducerEpochError, KafkaError, OutOfOrderSequenceNumberError, PylogError, RequestTimedOutError,
@@ -77,11 +77,11 @@ class Idempotence:
         if batch.sequence is None:
             sequence = self.next_sequence.get(batch.tp, 0)
             batch.stamp(self.producer_id, self.epoch, sequence)
-            self.next_sequence[batch.tp] = (sequence + len(batch.futures)) % _SEQUENCES
+            self.next_sequence[batch.tp] = (sequence + batch.record_count) % _SEQUENCES
 
     def acked(self, batch: ProducerBatch) -> None:
         if batch.sequence is not None:
-            self.last_acked[batch.tp] = (batch.sequence + len(batch.futures) - 1) % _SEQUENCES
+            self.last_acked[batch.tp] = (batch.sequence + batch.record_count - 1) % _SEQUENCES
 
     def is_next(self, batch: ProducerBatch) -> bool:
         """Whether ``batch`` is the next one the broker should take for its partition."""
@@ -123,7 +123,7 @@ class Sender(threading.Thread):
             except Exception as exc:  # never lose a batch to a bug: fail it loudly
                 log.exception("producer sender failed")
                 for batch in batches:
-                    if batch.futures and not batch.futures[0].done():
+                    if not batch.done:
                         self._fail(batch, exc)
 
     def _wait_for_ready(self) -> list[ProducerBatch] | None:
@@ -323,24 +323,28 @@ class Sender(threading.Thread):
         self.acc.reenqueue(batch, now + backoff_s)
 
     def _succeed(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
-        topic, partition = batch.tp.topic, batch.tp.partition
-        if log_append_time is not None and log_append_time >= 0:
-            timestamps = [log_append_time] * len(batch.timestamps)
-        else:
-            timestamps = batch.timestamps
-        if base_offset >= 0:
-            results = [RecordMetadata(topic, partition, base_offset + i, ts) for i, ts in enumerate(timestamps)]
-        else:
-            results = [RecordMetadata(topic, partition, -1, ts) for ts in timestamps]
         if self.idempotence is not None:
             self.idempotence.acked(batch)
-        settle_all(batch.condition, batch.futures, results)
+        batch.done = True
+        if batch.waiters:  # nobody waits for any record: no per-record work
+            if log_append_time is not None and log_append_time >= 0:
+                timestamps = [log_append_time] * batch.record_count
+            else:
+                timestamps = batch.builder.records.timestamps()
+            deliver(batch.condition, batch.waiters, batch.tp.topic, batch.tp.partition, base_offset, timestamps)
         self.acc.complete(batch)
 
     def _fail(self, batch: ProducerBatch, exc: BaseException) -> None:
+        if batch.done:
+            return
         if self.idempotence is not None and batch.sequence is not None:
             self.idempotence.needs_reset = True  # a gap in the sequence: renumber after it
         if self.txn is not None:
             exc = self.txn.record_failed(exc)
-        settle_all(batch.condition, batch.futures, exception=exc)
+        batch.done = True
+        unwatched = deliver(batch.condition, batch.waiters, batch.tp.topic, batch.tp.partition, -1,
+                            batch.builder.records.timestamps(), exc)
+        if unwatched and self.txn is None:  # a transaction reports it when it ends
+            log.warning("%d records to %s failed with no future or on_delivery callback "
+                        "waiting for them: %s", unwatched, batch.tp, exc)
         self.acc.complete(batch)

@@ -30,13 +30,8 @@ from pylog.records.header import (
     check_crc,
     read_batch_header,
 )
-from pylog.records.record import (
-    Header,
-    Record,
-    decode_records_into,
-    encode_record,
-    record_size_bound,
-)
+from pylog.records.record import Header, Record, decode_records_into, record_size_bound
+from pylog.records.records_buffer import RecordsBuffer
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc: the part before the CRC'd bytes.
 _PREFIX = struct.Struct(">qiibI")
@@ -82,45 +77,37 @@ class BatchBuilder:
             self._attributes |= CONTROL_BIT
         if log_append_time:
             self._attributes |= TIMESTAMP_TYPE_BIT
-        self._records: list[bytes] = []
-        self._size = BATCH_HEADER_SIZE
-        self._base_timestamp: int | None = None
-        self._max_timestamp = -1
+        # Encoded as appended (in C when built): ``records.append`` is the producer's hot path.
+        self.records = RecordsBuffer()
 
     @property
     def record_count(self) -> int:
-        return len(self._records)
+        return len(self.records)
 
     @property
     def size_in_bytes(self) -> int:
         """Bytes of the batch built now, before compression."""
-        return self._size
+        return BATCH_HEADER_SIZE + self.records.size
 
     def would_exceed(self, limit: int, key: bytes | None, value: bytes | None,
                      headers: Sequence[Header] = ()) -> bool:
         """True if the batch is not empty and appending this record may exceed ``limit``."""
-        return bool(self._records) and self._size + record_size_bound(key, value, headers) > limit
+        return len(self.records) > 0 and self.size_in_bytes + record_size_bound(key, value, headers) > limit
 
     def append(self, key: bytes | None, value: bytes | None, headers: Sequence[Header] = (),
                timestamp: int = 0) -> int:
         """Add a record (timestamp in ms); return its offset delta within the batch."""
-        if self._base_timestamp is None:
-            self._base_timestamp = timestamp
-        offset_delta = len(self._records)
-        encoded = encode_record(offset_delta, timestamp - self._base_timestamp, key, value, headers)
-        self._records.append(encoded)
-        self._size += len(encoded)
-        if timestamp > self._max_timestamp:
-            self._max_timestamp = timestamp
+        offset_delta = len(self.records)
+        self.records.append(key, value, timestamp, tuple(map(tuple, headers)) if headers else ())
         return offset_delta
 
     def build(self) -> bytes:
         """The finished batch bytes (compressed, CRC set)."""
-        body = compress(self.compression, b"".join(self._records))
-        count = len(self._records)
-        base_timestamp = self._base_timestamp if self._base_timestamp is not None else -1
+        records = self.records
+        body = compress(self.compression, records.getvalue())
+        count = len(records)
         crc_header = _CRC_HEADER.pack(
-            self._attributes, max(count - 1, 0), base_timestamp, self._max_timestamp,
+            self._attributes, max(count - 1, 0), records.base_timestamp, records.max_timestamp,
             self.producer_id, self.producer_epoch, self.base_sequence, count)
         crc = crc32c(body, crc32c(crc_header))
         prefix = _PREFIX.pack(self.base_offset, _BATCH_LENGTH_BASE + len(body),
