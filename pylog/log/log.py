@@ -16,20 +16,12 @@ Replication: a leader appends with its leader epoch, stamped into each batch's
 cache (:mod:`pylog.log.leader_epoch`), which truncation and retention keep in step with
 the log. A replica manager above caps what readers see with :meth:`Log.set_high_watermark`.
 
-Idempotent producers: batches carrying a producer id are checked against the producer
-state (:mod:`pylog.log.producer_state`) under the same lock as the append, so a check and
-its write cannot interleave with another producer's; a duplicate is answered with the
-offsets it was first written at. Batches without a producer id skip all of it. The state
-is snapshotted at each roll and at close, and rebuilt after truncation.
-
-Transactions: transactional batches open a transaction in the producer state, a marker
-(:meth:`Log.append_marker` on a leader, a control batch from the leader on a follower)
-completes it, and each ABORT marker adds an entry to its segment's ``.txnindex``
-(:mod:`pylog.log.transaction_index`). :attr:`Log.last_stable_offset` is the high
-watermark capped by the first offset of every open transaction and of every completed
-one whose marker the high watermark has not passed; a read_committed read stops there and
-reports the aborted transactions overlapping what it returns. Without transactions the
-LSO is the high watermark, at the cost of two empty-container checks.
+Idempotent producers and transactions (:mod:`pylog.log.producers`): batches carrying a
+producer id are checked against the producer state under the same lock as the append; a
+duplicate is answered with the offsets it was first written at. Markers
+(:meth:`Log.append_marker`) complete transactions, ABORT markers add entries to their
+segment's ``.txnindex``, and :attr:`Log.last_stable_offset` bounds what read_committed
+readers see, with the aborted transactions overlapping what they read.
 
 Compaction (:mod:`pylog.log.cleaner`) reads a :meth:`Log.cleaner_view` of the inactive
 segments without the lock and swaps each cleaned segment in with
@@ -56,24 +48,22 @@ from pylog.log.config import LogConfig
 from pylog.log.index import CorruptIndexError
 from pylog.log.leader_epoch import EpochEntry, LeaderEpochCache
 from pylog.log.loader import (
-    RECOVERY_MAX_BATCH, aborted_entry, load_leader_epochs, load_producer_state, load_segments,
-    replay_marker)
-from pylog.log.producer_snapshot import delete_snapshots, write_snapshot
+    RECOVERY_MAX_BATCH, load_leader_epochs, load_producer_state, load_segments)
 from pylog.log.producer_state import BatchMetadata, ProducerStateManager
-from pylog.log.transaction_index import AbortedTxn, collect_aborted
+from pylog.log.producers import AssignedBatch, LogProducers
+from pylog.log.transaction_index import AbortedTxn
 from pylog.log.results import AppendInfo, FileRegion, ReadResult
 from pylog.log.retention import count_deletable
 from pylog.log.segment import LogSegment
 from pylog.log.validation import check_follower_offsets, validate_append
 from pylog.records.control import TxnMarker, build_marker_batch
 from pylog.records.header import (
-    BatchHeader, read_batch_header, set_base_offset, set_partition_leader_epoch)
+    read_batch_header, set_base_offset, set_partition_leader_epoch)
 
 log = logging.getLogger(__name__)
 
 MAX_RELATIVE_OFFSET = 2**31 - 1
 AppendListener = Callable[["Log"], None]
-AssignedBatch = tuple[int, int, BatchHeader]  # position in the buffer, base offset, header
 
 
 class LogClosedError(UnknownTopicOrPartitionError):
@@ -115,7 +105,7 @@ class Log:
         # The checkpoint may name offsets recovery cut off, or retention deleted.
         epochs.truncate_from_end(self.log_end_offset)
         epochs.truncate_from_start(self._log_start_offset)
-        self._producers = producers if producers is not None else ProducerStateManager()
+        self._producers = LogProducers(directory, producers)
         self._replicated_hw: int | None = None
         self.restored_high_watermark: int | None = None
         """The replicated high watermark LogManager found checkpointed (None: none). It is
@@ -193,13 +183,8 @@ class Log:
         if not self._producers.has_unstable:
             return high_watermark
         with self._lock:
-            return self._last_stable_locked(self.high_watermark)
-
-    def _last_stable_locked(self, high_watermark: int) -> int:
-        first_unstable = self._producers.first_unstable_offset(high_watermark)
-        if first_unstable is None or first_unstable >= high_watermark:
-            return high_watermark
-        return max(first_unstable, self._log_start_offset)
+            return self._producers.last_stable_offset(self.high_watermark,
+                                                      self._log_start_offset)
 
     @property
     def replicated_high_watermark(self) -> int | None:
@@ -333,27 +318,13 @@ class Log:
                 self._epochs.assign(leader_epoch, first_offset)
             info, rolled = self._append_locked(buf, assigned)
             if idempotent:
-                self._apply_producer_batches(assigned)
+                self._producers.record(assigned, self.active_segment.txn_index)
         self._after_append(rolled, first_offset)
         return info
 
     def _duplicate_appended(self, duplicate: BatchMetadata) -> AppendInfo:
         return AppendInfo(duplicate.first_offset, duplicate.last_offset, duplicate.timestamp, -1,
                           self._log_start_offset, 0)
-
-    def _apply_producer_batches(self, assigned: list[AssignedBatch],
-                                buf: bytes | bytearray | memoryview | None = None) -> None:
-        """Record written batches in the producer state; control batches (a follower's,
-        whose bytes are in ``buf``) complete transactions."""
-        for position, base_offset, header in assigned:
-            if header.producer_id < 0:
-                continue
-            if header.is_control:
-                completed = replay_marker(self._producers, buf, position, header)
-                if completed is not None and completed.aborted:
-                    self.active_segment.txn_index.append(aborted_entry(completed))
-            else:
-                self._producers.apply(header, base_offset)
 
     def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
                       coordinator_epoch: int, leader_epoch: int | None = None) -> AppendInfo:
@@ -377,10 +348,8 @@ class Log:
             if leader_epoch is not None:
                 self._epochs.assign(leader_epoch, offset)
             info, rolled = self._append_locked(buf, [(0, offset, header)])
-            completed = self._producers.complete_txn(producer_id, producer_epoch, marker, offset,
-                                                     header.max_timestamp)
-            if completed.aborted:
-                self.active_segment.txn_index.append(aborted_entry(completed))
+            self._producers.complete(producer_id, producer_epoch, marker, offset,
+                                     header.max_timestamp, self.active_segment.txn_index)
         self._after_append(rolled, offset)
         return info
 
@@ -407,7 +376,7 @@ class Log:
             assigned = [(p, h.base_offset, h) for p, h in batches]
             info, rolled = self._append_locked(view, assigned)
             if any(h.producer_id >= 0 for _, h in batches):
-                self._apply_producer_batches(assigned, view)
+                self._producers.record(assigned, self.active_segment.txn_index, view)
         self._after_append(rolled, info.first_offset)
         return info
 
@@ -475,7 +444,7 @@ class Log:
         new = LogSegment.open(self.directory, self.log_end_offset, self.config,
                               created_ms=self._now_ms(), active=True, fresh=True)
         # After a crash, the producer state is rebuilt from here: headers of one segment.
-        write_snapshot(self.directory, self._producers, new.base_offset)
+        self._producers.snapshot(new.base_offset)
         self._segments.append(new)
         self._bases.append(new.base_offset)
         return new
@@ -564,8 +533,8 @@ class Log:
                     f"offset {offset} is out of range for {self.directory.name}: "
                     f"valid offsets are {start} to {end}")
             high_watermark = self.high_watermark
-            stable = (self._last_stable_locked(high_watermark) if self._producers.has_unstable
-                      else high_watermark)
+            stable = (self._producers.last_stable_offset(high_watermark, start)
+                      if self._producers.has_unstable else high_watermark)
             visible = end if up_to_log_end else stable if committed else high_watermark
             limit = visible if max_offset is None else min(visible, max_offset)
             region, aborted = None, [] if committed else None
@@ -581,7 +550,8 @@ class Log:
                         if committed and any(not s.txn_index.is_empty
                                              for s in self._segments[index:]):
                             upper = self._offset_after(segment, found[0] + found[1], limit)
-                            aborted = self._collect_aborted(index, offset, upper)
+                            aborted = LogProducers.aborted(self._segments[index:], offset,
+                                                           upper)
                         break
             return ReadResult(region, high_watermark, start, stable, aborted)
 
@@ -592,14 +562,6 @@ class Log:
             return min(segment.next_offset, limit)
         return min(segment.records.read_header(position).base_offset, limit)
 
-    def _collect_aborted(self, first_segment: int, fetch_offset: int,
-                         upper_bound: int) -> list[AbortedTxn]:
-        """Aborted transactions overlapping ``[fetch_offset, upper_bound)``: their markers
-        are at or after ``fetch_offset``, so the search starts at the segment holding it and
-        stops at an entry whose last stable offset reaches ``upper_bound``."""
-        return collect_aborted((s.txn_index for s in self._segments[first_segment:]),
-                               fetch_offset, upper_bound)
-
     def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
         """The aborted transactions overlapping offsets ``[fetch_offset, upper_bound)``
         (first offset below ``upper_bound``, marker at or after ``fetch_offset``), oldest
@@ -607,7 +569,7 @@ class Log:
         with self._lock:
             self._check_open()
             first = max(0, bisect.bisect_right(self._bases, fetch_offset) - 1)
-            return self._collect_aborted(first, fetch_offset, upper_bound)
+            return LogProducers.aborted(self._segments[first:], fetch_offset, upper_bound)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record below the high watermark whose
@@ -651,8 +613,7 @@ class Log:
             self._clamp_replicated_hw()
             for segment in doomed:
                 segment.delete()
-            # Producer state outlives its batches (until it expires), as in Kafka.
-            delete_snapshots(self.directory, below=self._segments[0].base_offset)
+            self._producers.drop_snapshots_below(self._segments[0].base_offset)
         log.info("%s: retention deleted %d segments; log start offset is %d",
                  self.directory, count, self._log_start_offset)
         return count
@@ -681,7 +642,7 @@ class Log:
             self._log_start_offset = min(self._log_start_offset, end)
             self._epochs.truncate_from_end(end)
             self._clamp_replicated_hw()
-            self._producers = load_producer_state(self.directory, self._segments)
+            self._producers.rebuild(self._segments)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and restart the log empty at ``offset``, which may be past
@@ -701,8 +662,7 @@ class Log:
         self._log_start_offset = offset
         self._recovery_point = offset
         self._epochs.clear()
-        delete_snapshots(self.directory, above=-1)
-        self._producers = ProducerStateManager()
+        self._producers.clear()
         self._clamp_replicated_hw()
 
     # -- producer state -------------------------------------------------------------------
@@ -710,13 +670,12 @@ class Log:
     def open_transactions(self) -> dict[int, int]:
         """``{first offset: producer id}`` of the transactions open in this log."""
         with self._lock:
-            return dict(self._producers.ongoing)
+            return self._producers.open_transactions()
 
     def producer_state(self, producer_id: int) -> tuple[int, list[BatchMetadata]] | None:
         """``(epoch, last batches)`` the log keeps for ``producer_id``, None if unknown."""
         with self._lock:
-            entry = self._producers.producers.get(producer_id)
-            return None if entry is None else (entry.epoch, list(entry.batches))
+            return self._producers.producer(producer_id)
 
     def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
         """Forget producers idle for ``expiration_ms`` (``producer.id.expiration.ms``):
@@ -734,11 +693,11 @@ class Log:
             snapshots = [SegmentSnapshot(s, os.dup(s.records.fd), s.size, s.base_offset,
                                          s.next_offset, s.largest_timestamp)
                          for s in self._segments[:-1]]
-            aborted = tuple(entry for s in self._segments if not s.txn_index.is_empty
-                            for entry in s.txn_index.entries)
             return CleanerView(snapshots, self.active_segment.base_offset, self._log_start_offset,
                                self._replicated_hw, self._truncations, self.config,
-                               self._last_stable_locked(self.high_watermark), aborted)
+                               self._producers.last_stable_offset(self.high_watermark,
+                                                                  self._log_start_offset),
+                               LogProducers.all_aborted(self._segments))
 
     def replace_segments(self, old: Sequence[LogSegment], truncations: int) -> LogSegment:
         """Swap in the cleaned segment written (and fsynced) as ``<base>.*.cleaned`` for the
@@ -780,7 +739,7 @@ class Log:
             if self._closed:
                 return
             self._flush_locked()
-            write_snapshot(self.directory, self._producers, self.log_end_offset)
+            self._producers.snapshot(self.log_end_offset)
             for segment in self._segments:
                 segment.close()
             self._closed = True
