@@ -32,7 +32,7 @@ from pylog.cluster.metadata import NO_LEADER
 from pylog.errors import (
     FencedLeaderEpochError, NotEnoughReplicasError, NotLeaderOrFollowerError,
     PylogError, UnknownLeaderEpochError, UnknownTopicOrPartitionError)
-from pylog.log import AppendInfo
+from pylog.log import AppendInfo, Log
 from pylog.types import BrokerEndpoint, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -340,21 +340,9 @@ class ReplicaManager:
         With acks=-1, refuses with NotEnoughReplicasError (nothing written) while the
         ISR is smaller than the topic's ``min.insync.replicas``.
         """
-        replica = self.leader_replica(tp)
-        with replica.lock:
-            if replica.role is not Role.LEADER:
-                raise NotLeaderOrFollowerError(f"broker {self.local_id} does not lead {tp}")
-            if acks == -1:
-                min_isr = replica.log.config.min_insync_replicas
-                if len(replica.isr) < min_isr:
-                    raise NotEnoughReplicasError(
-                        f"{tp}: the ISR {list(replica.isr)} is smaller than "
-                        f"min.insync.replicas={min_isr}")
-            epoch = replica.leader_epoch
-            info = replica.log.append(records, leader_epoch=epoch,
-                                      allow_transactional=allow_transactional)
-            replica.maybe_advance_high_watermark()
-        return info, replica, epoch
+        return self._append_as_leader(tp, acks == -1, lambda partition_log, epoch:
+                                      partition_log.append(records, leader_epoch=epoch,
+                                                           allow_transactional=allow_transactional))
 
     def append_marker_as_leader(self, tp: TopicPartition, producer_id: int, producer_epoch: int,
                                 commit: bool, coordinator_epoch: int
@@ -362,18 +350,30 @@ class ReplicaManager:
         """Write a transaction marker as leader (see :meth:`Log.append_marker`), as an
         acks=all append: NotEnoughReplicasError while the ISR is below the topic's
         ``min.insync.replicas``. Returns what was appended, the replica and its epoch."""
+        return self._append_as_leader(tp, True, lambda partition_log, epoch:
+                                      partition_log.append_marker(producer_id, producer_epoch,
+                                                                  commit, coordinator_epoch,
+                                                                  leader_epoch=epoch))
+
+    def _append_as_leader(self, tp: TopicPartition, check_min_isr: bool,
+                          write: Callable[[Log, int], AppendInfo]
+                          ) -> tuple[AppendInfo, PartitionReplica, int]:
+        """``write(log, leader_epoch)`` under the replica's lock while this broker leads
+        ``tp`` (else NotLeaderOrFollowerError) and, with ``check_min_isr``, while the ISR
+        is at least ``min.insync.replicas`` (else NotEnoughReplicasError); then the high
+        watermark moves if it can."""
         replica = self.leader_replica(tp)
         with replica.lock:
             if replica.role is not Role.LEADER:
                 raise NotLeaderOrFollowerError(f"broker {self.local_id} does not lead {tp}")
-            min_isr = replica.log.config.min_insync_replicas
-            if len(replica.isr) < min_isr:
-                raise NotEnoughReplicasError(
-                    f"{tp}: the ISR {list(replica.isr)} is smaller than "
-                    f"min.insync.replicas={min_isr}")
+            if check_min_isr:
+                min_isr = replica.log.config.min_insync_replicas
+                if len(replica.isr) < min_isr:
+                    raise NotEnoughReplicasError(
+                        f"{tp}: the ISR {list(replica.isr)} is smaller than "
+                        f"min.insync.replicas={min_isr}")
             epoch = replica.leader_epoch
-            info = replica.log.append_marker(producer_id, producer_epoch, commit,
-                                             coordinator_epoch, leader_epoch=epoch)
+            info = write(replica.log, epoch)
             replica.maybe_advance_high_watermark()
         return info, replica, epoch
 
