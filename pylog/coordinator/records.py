@@ -125,29 +125,31 @@ class GroupValue:
     members: tuple[MemberValue, ...]
 
 
-def _encode(version: int, codec, value: dict) -> bytes:
+def encode_versioned(version: int, codec, value: dict) -> bytes:
+    """A record key or value of an internal topic: the schema version (int16), then
+    ``value`` as ``codec`` writes it."""
     out = bytearray(_VERSION.pack(version))
     codec.write(out, value)
     return bytes(out)
 
 
 def offset_key(group: str, topic: str, partition: int) -> bytes:
-    return _encode(OFFSET_KEY_VERSION, _OFFSET_KEYS[OFFSET_KEY_VERSION],
+    return encode_versioned(OFFSET_KEY_VERSION, _OFFSET_KEYS[OFFSET_KEY_VERSION],
                    {"group": group, "topic": topic, "partition": partition})
 
 
 def group_key(group: str) -> bytes:
-    return _encode(GROUP_KEY_VERSION, _GROUP_KEYS[GROUP_KEY_VERSION], {"group": group})
+    return encode_versioned(GROUP_KEY_VERSION, _GROUP_KEYS[GROUP_KEY_VERSION], {"group": group})
 
 
 def offset_value(value: OffsetValue) -> bytes:
-    return _encode(OFFSET_VALUE_VERSION, _OFFSET_VALUES[OFFSET_VALUE_VERSION], {
+    return encode_versioned(OFFSET_VALUE_VERSION, _OFFSET_VALUES[OFFSET_VALUE_VERSION], {
         "offset": value.offset, "leader_epoch": value.leader_epoch,
         "metadata": value.metadata, "commit_timestamp": value.commit_timestamp})
 
 
 def group_value(value: GroupValue) -> bytes:
-    return _encode(GROUP_VALUE_VERSION, _GROUP_VALUES[GROUP_VALUE_VERSION], {
+    return encode_versioned(GROUP_VALUE_VERSION, _GROUP_VALUES[GROUP_VALUE_VERSION], {
         "protocol_type": value.protocol_type, "generation": value.generation,
         "protocol": value.protocol, "leader": value.leader,
         "current_state_timestamp": value.current_state_timestamp,
@@ -159,13 +161,18 @@ def group_value(value: GroupValue) -> bytes:
                     for m in value.members]})
 
 
-def _version(buf: bytes, what: str) -> int:
+def read_version(buf: bytes, what: str) -> int:
+    """The schema version a record key or value starts with; CorruptMessageError naming
+    ``what`` if it is too short."""
     if len(buf) < 2:
         raise CorruptMessageError(f"{what} of {len(buf)} bytes has no version")
     return _VERSION.unpack_from(buf)[0]
 
 
-def _decode(table: dict, version: int, buf: bytes, what: str) -> dict:
+def decode_versioned(table: dict, version: int, buf: bytes, what: str) -> dict:
+    """Decode ``buf`` after its version with the codec of ``version`` in ``table``;
+    CorruptMessageError naming ``what`` for an unknown version or bytes that do not
+    decode."""
     codec = table.get(version)
     if codec is None:
         raise CorruptMessageError(f"unknown {what} version {version}")
@@ -177,22 +184,22 @@ def _decode(table: dict, version: int, buf: bytes, what: str) -> dict:
 
 def decode_key(buf: bytes) -> OffsetKey | GroupKey:
     """The key of a ``__consumer_offsets`` record; CorruptMessageError if it is none."""
-    version = _version(buf, "key")
+    version = read_version(buf, "key")
     if version in _OFFSET_KEYS:
-        key = _decode(_OFFSET_KEYS, version, buf, "offset commit key")
+        key = decode_versioned(_OFFSET_KEYS, version, buf, "offset commit key")
         return OffsetKey(key["group"], key["topic"], key["partition"])
-    key = _decode(_GROUP_KEYS, version, buf, "group metadata key")
+    key = decode_versioned(_GROUP_KEYS, version, buf, "group metadata key")
     return GroupKey(key["group"])
 
 
 def decode_offset_value(buf: bytes) -> OffsetValue:
-    value = _decode(_OFFSET_VALUES, _version(buf, "offset value"), buf, "offset commit value")
+    value = decode_versioned(_OFFSET_VALUES, read_version(buf, "offset value"), buf, "offset commit value")
     return OffsetValue(value["offset"], value["leader_epoch"], value["metadata"],
                        value["commit_timestamp"])
 
 
 def decode_group_value(buf: bytes) -> GroupValue:
-    value = _decode(_GROUP_VALUES, _version(buf, "group value"), buf, "group metadata value")
+    value = decode_versioned(_GROUP_VALUES, read_version(buf, "group value"), buf, "group metadata value")
     members = tuple(MemberValue(
         m["member_id"], m["group_instance_id"], m["client_id"], m["client_host"],
         m["rebalance_timeout"], m["session_timeout"], bytes(m["subscription"]),

@@ -20,14 +20,12 @@ pylog writes value v0, as Kafka 3.x does, and reads v0 and v1. Pure code over by
 from __future__ import annotations
 
 import enum
-import struct
 from dataclasses import dataclass
 
-from pylog.errors import CorruptMessageError, InvalidRequestError
+from pylog.coordinator.records import decode_versioned, encode_versioned, read_version
+from pylog.errors import CorruptMessageError
 from pylog.protocol.schema import F, compile_struct
 from pylog.types import TopicPartition
-
-_VERSION = struct.Struct(">h")
 
 KEY_VERSION = 0
 VALUE_VERSION = 0
@@ -100,37 +98,25 @@ class TxnValue:
 
 
 def encode_key(transactional_id: str) -> bytes:
-    out = bytearray(_VERSION.pack(KEY_VERSION))
-    _KEYS[KEY_VERSION].write(out, {"transactional_id": transactional_id})
-    return bytes(out)
+    return encode_versioned(KEY_VERSION, _KEYS[KEY_VERSION],
+                            {"transactional_id": transactional_id})
 
 
 def encode_value(value: TxnValue) -> bytes:
     by_topic: dict[str, list[int]] = {}
     for tp in sorted(value.partitions):
         by_topic.setdefault(tp.topic, []).append(tp.partition)
-    out = bytearray(_VERSION.pack(VALUE_VERSION))
-    _VALUES[VALUE_VERSION].write(out, {
+    return encode_versioned(VALUE_VERSION, _VALUES[VALUE_VERSION], {
         "producer_id": value.producer_id, "producer_epoch": value.producer_epoch,
         "transaction_timeout_ms": value.timeout_ms, "transaction_status": int(value.state),
         "transaction_partitions": [{"topic": t, "partition_ids": ps}
                                    for t, ps in by_topic.items()],
         "last_update_timestamp_ms": value.last_update_ms,
         "start_timestamp_ms": value.start_ms})
-    return bytes(out)
 
 
 def _read(table: dict, buf: bytes, what: str) -> dict:
-    if len(buf) < 2:
-        raise CorruptMessageError(f"{what} of {len(buf)} bytes has no version")
-    version = _VERSION.unpack_from(buf)[0]
-    codec = table.get(version)
-    if codec is None:
-        raise CorruptMessageError(f"unknown {what} version {version}")
-    try:
-        return codec.read(buf, 2)[0]
-    except InvalidRequestError as error:
-        raise CorruptMessageError(f"malformed {what} v{version}: {error}") from None
+    return decode_versioned(table, read_version(buf, what), buf, what)
 
 
 def decode_key(buf: bytes) -> str:
