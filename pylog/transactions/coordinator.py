@@ -226,10 +226,8 @@ class TransactionCoordinator:
 
     def _add_locked(self, transactional_id: str, producer_id: int, producer_epoch: int,
                     partitions: set[TopicPartition]) -> int | Pending:
-        txn, coordinator_epoch, error = self.state.lookup(transactional_id)
-        if error:
-            return error
-        error = self._check_producer(txn, producer_id, producer_epoch)
+        txn, coordinator_epoch, error = self._lookup_producer(transactional_id, producer_id,
+                                                              producer_epoch)
         if error:
             return error
         if txn.pending is not None or txn.state in _PREPARED:
@@ -241,13 +239,17 @@ class TransactionCoordinator:
                            coordinator_epoch, lambda e: pending.complete({"error_code": e}))
         return pending
 
-    @staticmethod
-    def _check_producer(txn: TxnMetadata | None, producer_id: int, producer_epoch: int) -> int:
-        if txn is None or txn.producer_id != producer_id:
-            return INVALID_PRODUCER_ID_MAPPING
-        if txn.producer_epoch != producer_epoch:
-            return PRODUCER_FENCED
-        return 0
+    def _lookup_producer(self, transactional_id: str, producer_id: int, producer_epoch: int
+                         ) -> tuple[TxnMetadata | None, int, int]:
+        """As ``TransactionStateManager.lookup``, and the id's current producer must be
+        ``producer_id`` (else INVALID_PRODUCER_ID_MAPPING) in ``producer_epoch`` (else
+        PRODUCER_FENCED)."""
+        txn, coordinator_epoch, error = self.state.lookup(transactional_id)
+        if not error and (txn is None or txn.producer_id != producer_id):
+            error = INVALID_PRODUCER_ID_MAPPING
+        elif not error and txn.producer_epoch != producer_epoch:
+            error = PRODUCER_FENCED
+        return txn, coordinator_epoch, error
 
     # -- EndTxn ---------------------------------------------------------------------------
 
@@ -262,10 +264,8 @@ class TransactionCoordinator:
 
     def _end_locked(self, transactional_id: str, producer_id: int, producer_epoch: int,
                     commit: bool) -> int | Pending:
-        txn, coordinator_epoch, error = self.state.lookup(transactional_id)
-        if error:
-            return error
-        error = self._check_producer(txn, producer_id, producer_epoch)
+        txn, coordinator_epoch, error = self._lookup_producer(transactional_id, producer_id,
+                                                              producer_epoch)
         if error:
             return error
         if txn.pending is not None:
