@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from pylog.cli._config import add_config_argument, load
 from pylog.errors import ConfigError
@@ -101,9 +102,11 @@ def _print(args, config, topics, report) -> int:
 
             print("\n" + format_history(collect_history(config, topics)))
     if args.html:
+        from pylog.log.checkpoint import write_text_atomically
         from pylog.warehouse.page import status_html
 
-        _write_page(args.html, status_html(report))
+        # Temp file + rename: a web server never serves half a page.
+        write_text_atomically(Path(args.html), status_html(report), mode=0o644)
         print(f"wrote {args.html}", file=sys.stderr)
     return report.exit_code
 
@@ -113,20 +116,3 @@ def _history_json(config, topics) -> dict:
 
     return {table: [json.loads(a.to_json()) for a in audits]
             for table, audits in collect_history(config, topics).items()}
-
-
-def _write_page(path: str, html: str) -> None:
-    """Temp file + rename: a web server never serves half a page."""
-    import os
-    import tempfile
-
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, temp = tempfile.mkstemp(prefix=".status-", suffix=".html", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(html)
-        os.chmod(temp, 0o644)
-        os.replace(temp, path)
-    except BaseException:
-        os.unlink(temp)
-        raise
