@@ -23,7 +23,7 @@ Usage::
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from pylog.errors import NetworkExceptionError, PylogError
@@ -32,7 +32,7 @@ from pylog.etl.model import BACKFILL, AuditEntry
 from pylog.etl.source import resolve_source
 from pylog.etl.state import StateStore
 from pylog.warehouse.render import text_table, utc_ms
-from pylog.warehouse.status import TableStatus, _table_status, offline_status
+from pylog.warehouse.status import TableStatus, offline_status, table_status
 from pylog.warehouse.values import iso_epoch_ms
 
 HEALTHY, BROKER_UNREACHABLE, LAGGING, RUN_FAILED_OR_STUCK = 0, 3, 4, 5
@@ -121,7 +121,7 @@ def collect_report(config: LoaderConfig, topics: list[str] | None = None, limits
                     if (run := _pending_run(state, topic, config_path)) is not None)
     recent_runs = {topic.table: tuple(state.recent_audits(topic.table)[-recent:]) for topic in selected}
     report = StatusReport(now_ms, tables, pending, recent_runs, limits)
-    return StatusReport(now_ms, tables, pending, recent_runs, limits, tuple(find_problems(report)))
+    return replace(report, problems=tuple(find_problems(report)))
 
 
 def _table_statuses(config: LoaderConfig, selected: list[TopicConfig], state: StateStore,
@@ -139,7 +139,7 @@ def _table_statuses(config: LoaderConfig, selected: list[TopicConfig], state: St
                 statuses.append(offline_status(topic.table, topic.topic, state, unreachable))
                 continue
             try:
-                statuses.append(_table_status(topic.table, topic.topic, consumer, state, timestamps=True))
+                statuses.append(table_status(topic.table, topic.topic, consumer, state, timestamps=True))
             except (PylogError, OSError) as exc:
                 if isinstance(exc, (NetworkExceptionError, OSError)):
                     unreachable = str(exc)

@@ -89,14 +89,17 @@ def collect_status(config: LoaderConfig, topics: list[str] | None = None,
     servers, settings = resolve_source(config.source).client_arguments(config.source)
     consumer = consumer_factory(servers, **settings)
     try:
-        return [_table_status(topic.table, topic.topic, consumer, state)
+        return [table_status(topic.table, topic.topic, consumer, state)
                 for topic in config.select(topics)]
     finally:
         consumer.close()
 
 
-def _table_status(table: str, topic: str, consumer, state: StateStore,
+def table_status(table: str, topic: str, consumer, state: StateStore,
                   timestamps: bool = False) -> TableStatus:
+    """One table's partitions as the brokers (``consumer``) and the state store know them;
+    with ``timestamps``, also the log timestamp of each lagging partition's first record
+    not loaded (one small fetch each)."""
     committed = state.committed_offsets(table)
     partitions = []
     for partition in consumer.partitions_for(topic):
