@@ -56,6 +56,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from pylog.cluster.metadata import NO_LEADER
 from pylog.protocol import MESSAGES, ApiKey
+from pylog.records.header import BATCH_HEADER_SIZE, LOG_OVERHEAD
 
 if TYPE_CHECKING:
     from pylog.broker.partitions import PartitionLogs
@@ -63,10 +64,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_BATCH_LENGTH = struct.Struct(">i")  # at byte 8 of a batch
-_RECORD_COUNT = struct.Struct(">i")  # at byte 57
-_BATCH_OVERHEAD = 12  # base offset and length, before the length's bytes
-_RECORD_COUNT_AT = 57
+# Two fields of a batch header (pylog.records.header has the layout): batchLength at
+# byte 8 and recordsCount, the header's last 4 bytes.
+_BATCH_LENGTH = struct.Struct(">i")
+_BATCH_LENGTH_AT = 8
+_RECORD_COUNT = struct.Struct(">i")
+_RECORD_COUNT_AT = BATCH_HEADER_SIZE - 4
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                    2.5, 5.0, 10.0, 30.0)
 
@@ -77,7 +80,7 @@ def count_records(records) -> int:
     total, position, size = 0, 0, len(view)
     while position + _RECORD_COUNT_AT + 4 <= size:
         total += _RECORD_COUNT.unpack_from(view, position + _RECORD_COUNT_AT)[0]
-        position += _BATCH_OVERHEAD + _BATCH_LENGTH.unpack_from(view, position + 8)[0]
+        position += LOG_OVERHEAD + _BATCH_LENGTH.unpack_from(view, position + _BATCH_LENGTH_AT)[0]
     return total
 
 

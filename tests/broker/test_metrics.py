@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from pylog.testing.broker import BrokerProcess
-from pylog.testing.process import free_port
+from pylog.testing.process import free_port, wait_for_port
 
 TOPIC = "metered"
 COUNT = 3000
@@ -35,6 +35,8 @@ def metered(tmp_path_factory):
     broker = BrokerProcess(tmp_path_factory.mktemp("metered"), {
         "num.partitions": 2, "metrics.listener": f"127.0.0.1:{port}"}).start()
     try:
+        # The broker starts its metrics listener after it binds its client port.
+        wait_for_port("127.0.0.1", port, 30, broker.process.process, broker.log_path)
         yield broker, port
     finally:
         broker.stop()
