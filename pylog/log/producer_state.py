@@ -144,7 +144,8 @@ class ProducerStateManager:
         duplicate = state.check(headers)          # raises on a gap or an old epoch
         if duplicate is None:
             ...write the batches at base offsets...
-            state.apply(zip(headers, base_offsets))
+            for header, base_offset in zip(headers, base_offsets):
+                state.apply(header, base_offset)
     """
 
     def __init__(self, entries: Iterable[ProducerStateEntry] = (),
