@@ -21,6 +21,7 @@ PRODUCER_FENCED = errors.ProducerFencedError.errno
 TRANSACTIONAL_ID_NOT_FOUND = errors.TransactionalIdNotFoundError.errno
 UNKNOWN_PRODUCER_ID = errors.UnknownProducerIdError.errno
 TRANSACTION_COORDINATOR_FENCED = errors.TransactionCoordinatorFencedError.errno
+UNSUPPORTED_FOR_MESSAGE_FORMAT = errors.UnsupportedForMessageFormatError.errno
 
 
 def coordinator_error(error: KafkaError) -> int:
@@ -33,6 +34,12 @@ def coordinator_error(error: KafkaError) -> int:
     if error.errno in (3, 19, 20, 7):  # UNKNOWN_TOPIC_OR_PARTITION, NOT_ENOUGH_REPLICAS(_AFTER_
         return COORDINATOR_NOT_AVAILABLE  # APPEND), REQUEST_TIMED_OUT
     return errors.UnknownServerError.errno
+
+
+def error_name(code: int) -> str:
+    """An error code as a log line names it: ``NOT_LEADER_OR_FOLLOWER (6)``."""
+    error = KafkaError.for_code(code)
+    return f"{error.name if error.errno == code else 'error'} ({code})"
 
 
 def fenced_for(version: int, first_fenced_version: int, error: int) -> int:

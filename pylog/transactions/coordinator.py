@@ -37,7 +37,8 @@ from pylog.errors import KafkaError
 from pylog.transactions.codes import (
     CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
     INVALID_PRODUCER_ID_MAPPING, INVALID_REQUEST, INVALID_TRANSACTION_TIMEOUT,
-    INVALID_TXN_STATE, NOT_COORDINATOR, PRODUCER_FENCED, TRANSACTIONAL_ID_NOT_FOUND)
+    INVALID_TXN_STATE, NOT_COORDINATOR, PRODUCER_FENCED, TRANSACTIONAL_ID_NOT_FOUND,
+    error_name)
 from pylog.transactions.markers import MarkerChannel, MarkerJob
 from pylog.transactions.metadata import NO_PRODUCER_EPOCH, TxnMetadata, epoch_exhausted
 from pylog.transactions.records import TxnState
@@ -54,8 +55,8 @@ _PREPARED = (S.PREPARE_COMMIT, S.PREPARE_ABORT)
 
 def _log_failed_abort(transactional_id: str, error: int) -> None:
     if error:  # the next round tries again
-        log.info("%s: aborting the timed-out transaction failed (error %d)",
-                 transactional_id, error)
+        log.info("%s: aborting the timed-out transaction failed with %s",
+                 transactional_id, error_name(error))
 
 
 def _answer(error: int, producer_id: int = -1, producer_epoch: int = -1) -> dict:
@@ -315,8 +316,8 @@ class TransactionCoordinator:
                 if error == NOT_COORDINATOR:
                     return
                 if error:
-                    log.warning("%s: writing %s failed (error %d); trying again",
-                                job.transactional_id, txn.state.wire_name, error)
+                    log.warning("%s: writing %s failed with %s; trying again",
+                                job.transactional_id, txn.state.wire_name, error_name(error))
                     self._completions.append(job)
                     return
                 log.info("%s: %s", job.transactional_id, txn.state.wire_name)

@@ -29,13 +29,13 @@ from pylog.cluster.metadata import NO_LEADER, ClusterMetadata
 from pylog.errors import KafkaError, PylogError, UnsupportedVersionError
 from pylog.protocol import ApiKey
 from pylog.transactions.codes import (
-    INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED, UNKNOWN_PRODUCER_ID)
+    INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED, UNKNOWN_PRODUCER_ID,
+    UNSUPPORTED_FOR_MESSAGE_FORMAT, error_name)
 from pylog.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
 WRITE_TXN_MARKERS_VERSIONS = (0, 1)
-UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
 _DONE = frozenset({0, UNKNOWN_PRODUCER_ID, UNSUPPORTED_FOR_MESSAGE_FORMAT})
 _FENCED = frozenset({INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED})
 RETRY_BACKOFF_S = 0.1
@@ -139,14 +139,13 @@ class MarkerChannel:
             self._finish(job)
 
     def abandon(self, job: MarkerJob) -> None:
+        """Stop sending ``job`` (if it is still the id's current one)."""
         with self._lock:
             if self._jobs.get(job.transactional_id) is job:
                 del self._jobs[job.transactional_id]
 
     def _finish(self, job: MarkerJob) -> None:
-        with self._lock:
-            if self._jobs.get(job.transactional_id) is job:
-                del self._jobs[job.transactional_id]
+        self.abandon(job)
         self.on_written(job)
 
     def address_of(self, broker_id: int):
@@ -262,12 +261,12 @@ class _BrokerSender(threading.Thread):
         if error in _DONE:
             self.channel.done(job, tp)
         elif error in _FENCED:
-            log.info("%s: the marker of %s was refused (error %d): a newer coordinator owns "
-                     "the transaction", job.transactional_id, tp, error)
+            log.info("%s: the marker of %s was refused with %s: a newer coordinator owns "
+                     "the transaction", job.transactional_id, tp, error_name(error))
             self.channel.abandon(job)
         else:
-            log.info("%s: the marker of %s failed with error %d; retrying",
-                     job.transactional_id, tp, error)
+            log.info("%s: the marker of %s failed with %s; retrying",
+                     job.transactional_id, tp, error_name(error))
             self.channel.route(job, tp, RETRY_BACKOFF_S)
 
     def _version(self, connection: BrokerConnection) -> int:
