@@ -45,8 +45,10 @@ class OffsetsReplay:
 
     def group_ids(self) -> set[str]:
         """Every group the partition has something for."""
-        return {g for g, offsets in self.committed.items() if offsets} | set(
-            self.group_values) | set(self.pending_by_group())
+        return ({g for g, offsets in self.committed.items() if offsets}
+                | set(self.group_values)
+                | {g for groups in self.pending.values() for g, offsets in groups.items()
+                   if offsets})
 
     def pending_by_group(self) -> dict[str, dict[int, dict[TopicPartitionKey, StoredOffset]]]:
         """group -> producer id -> the offsets its open transaction wrote."""
