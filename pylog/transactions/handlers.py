@@ -17,7 +17,8 @@ from pylog.coordinator.group import Pending
 from pylog.coordinator.store import OFFSETS_TOPIC
 from pylog.protocol import ApiKey
 from pylog.transactions.codes import (
-    COORDINATOR_NOT_AVAILABLE, OPERATION_NOT_ATTEMPTED, UNKNOWN_TOPIC_OR_PARTITION, fenced_for)
+    COORDINATOR_NOT_AVAILABLE, INVALID_REQUEST, OPERATION_NOT_ATTEMPTED,
+    UNKNOWN_TOPIC_OR_PARTITION, fenced_for)
 from pylog.transactions.coordinator import TransactionCoordinator
 from pylog.transactions.store import APPEND_TIMEOUT_S, txn_tp
 from pylog.types import TopicPartition
@@ -77,8 +78,8 @@ class TransactionHandlers:
         expected = None
         if producer_id != -1 or producer_epoch != -1:
             if producer_id == -1 or producer_epoch == -1:
-                return _init_answer({"error_code": 42, "producer_id": -1,
-                                     "producer_epoch": -1}, version)  # INVALID_REQUEST
+                return _init_answer({"error_code": INVALID_REQUEST, "producer_id": -1,
+                                     "producer_epoch": -1}, version)
             expected = (producer_id, producer_epoch)
         answer = self.coordinator.init_producer_id(
             body["transactional_id"], body["transaction_timeout_ms"], expected)
@@ -92,7 +93,7 @@ class TransactionHandlers:
     def add_partitions_to_txn(self, version: int, body: dict, session) -> dict | GroupWork:
         topics = body["v3_and_below_topics"]
         wanted = [TopicPartition(t["name"], p) for t in topics for p in t["partitions"]]
-        missing = [tp for tp in wanted if not self._exists(tp)]
+        missing = {tp for tp in wanted if not self._exists(tp)}
         if missing:
             # One unknown partition fails the whole request; the others were not tried.
             errors = {tp: UNKNOWN_TOPIC_OR_PARTITION if tp in missing else OPERATION_NOT_ATTEMPTED
