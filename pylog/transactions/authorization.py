@@ -23,6 +23,7 @@ from pylog.errors import GroupAuthorizationFailedError
 from pylog.protocol import ApiKey
 from pylog.security.acls import AclOperation as Op, ResourceType
 from pylog.transactions.codes import OPERATION_NOT_ATTEMPTED
+from pylog.transactions.handlers import add_partitions_answer
 
 GROUP_AUTHORIZATION_FAILED = GroupAuthorizationFailedError.errno
 
@@ -41,11 +42,8 @@ def _add_partitions(body: dict, version: int, access: Access) -> Verdict:
         code = TOPIC_AUTHORIZATION_FAILED
     if not refused:
         return Verdict(body)
-    return Verdict(response={"throttle_time_ms": 0, "results_by_topic_v3_and_below": [
-        {"name": t["name"], "results_by_partition": [
-            {"partition_index": p,
-             "partition_error_code": code if t["name"] in refused else OPERATION_NOT_ATTEMPTED}
-            for p in t["partitions"]]} for t in topics]})
+    return Verdict(response=add_partitions_answer(
+        topics, lambda tp: code if tp.topic in refused else OPERATION_NOT_ATTEMPTED))
 
 
 def _add_offsets(body: dict, version: int, access: Access) -> Verdict:
@@ -77,8 +75,9 @@ def _txn_offset_commit(body: dict, version: int, access: Access) -> Verdict:
     elif not access.group(Op.READ, body["group_id"]):
         code = GROUP_AUTHORIZATION_FAILED
     else:
-        kept = [t for t in topics if access.topic(Op.READ, t["name"])]
-        refused = failed([t for t in topics if not access.topic(Op.READ, t["name"])],
+        readable = {t["name"]: access.topic(Op.READ, t["name"]) for t in topics}
+        kept = [t for t in topics if readable[t["name"]]]
+        refused = failed([t for t in topics if not readable[t["name"]]],
                          TOPIC_AUTHORIZATION_FAILED)
         if not refused:
             return Verdict(body)

@@ -98,7 +98,7 @@ class TransactionHandlers:
             # One unknown partition fails the whole request; the others were not tried.
             errors = {tp: UNKNOWN_TOPIC_OR_PARTITION if tp in missing else OPERATION_NOT_ATTEMPTED
                       for tp in wanted}
-            return _add_partitions_answer(topics, errors.get)
+            return add_partitions_answer(topics, errors.get)
         answer = self.coordinator.add_partitions(
             body["v3_and_below_transactional_id"], body["v3_and_below_producer_id"],
             body["v3_and_below_producer_epoch"], set(wanted))
@@ -106,7 +106,7 @@ class TransactionHandlers:
         def render(result: dict | int) -> dict:
             code = fenced_for(version, 2, result if isinstance(result, int)
                               else result["error_code"])
-            return _add_partitions_answer(topics, lambda tp: code)
+            return add_partitions_answer(topics, lambda tp: code)
 
         return self._wait(body["v3_and_below_transactional_id"], answer, render,
                           {"error_code": COORDINATOR_NOT_AVAILABLE})
@@ -153,8 +153,10 @@ def _error_answer(result: dict | int, version: int) -> dict:
     return {"throttle_time_ms": 0, "error_code": fenced_for(version, 2, code)}
 
 
-def _add_partitions_answer(topics: list[dict], error_of: Callable[[TopicPartition], int]
-                           ) -> dict:
+def add_partitions_answer(topics: list[dict], error_of: Callable[[TopicPartition], int]
+                          ) -> dict:
+    """An AddPartitionsToTxn (v0-3) response for the request's ``topics``, each
+    partition's error from ``error_of``."""
     return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": [
         {"name": t["name"], "results_by_partition": [
             {"partition_index": p,
