@@ -307,8 +307,8 @@ class AbortedRanges:
         ranges: dict[int, list[tuple[int, int]]] = {}
         for entry in aborted:
             ranges.setdefault(entry.producer_id, []).append((entry.first_offset, entry.last_offset))
-        self._firsts = {pid: [r[0] for r in sorted(rs)] for pid, rs in ranges.items()}
         self._ranges = {pid: sorted(rs) for pid, rs in ranges.items()}
+        self._firsts = {pid: [first for first, _ in rs] for pid, rs in self._ranges.items()}
 
     def holds(self, header: BatchHeader) -> bool:
         if not self._ranges or not header.is_transactional:
