@@ -40,12 +40,11 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from pylog.errors import (
-    CorruptRecordError, OffsetOutOfRangeError, TransactionalIdAuthorizationFailedError,
+    OffsetOutOfRangeError, TransactionalIdAuthorizationFailedError,
     UnknownTopicOrPartitionError)
 from pylog.log import swap
 from pylog.log.cleaner import CleanerView, SegmentsChangedError, SegmentSnapshot
 from pylog.log.config import LogConfig
-from pylog.log.index import CorruptIndexError
 from pylog.log.leader_epoch import EpochEntry, LeaderEpochCache
 from pylog.log.loader import (
     RECOVERY_MAX_BATCH, load_leader_epochs, load_producer_state, load_segments)
@@ -714,19 +713,7 @@ class Log:
                     or any(a is not b for a, b in zip(self._segments[first:], old))):
                 raise SegmentsChangedError(f"{self.directory}: segments from {base} changed "
                                            "while they were cleaned")
-            created_ms = old[-1].created_ms
-            swap.cleaned_to_swap(self.directory, base)
-            for segment in old:
-                segment.delete()
-            swap.swap_to_final(self.directory, base)
-            new = LogSegment.open(self.directory, base, self.config, created_ms=created_ms, active=False)
-            try:
-                new.load()
-            except (CorruptIndexError, CorruptRecordError) as exc:
-                log.warning("%s: rebuilding the indexes of cleaned segment %d (%s)",
-                            self.directory, base, exc)
-                new.recover(RECOVERY_MAX_BATCH)
-            new.seal()
+            new = swap.install_cleaned(self.directory, old, self.config, RECOVERY_MAX_BATCH)
             self._segments[first:first + len(old)] = [new]
             self._bases[first:first + len(old)] = [base]
             return new

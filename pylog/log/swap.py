@@ -24,11 +24,15 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Sequence
 
 from pylog.errors import CorruptRecordError
 from pylog.log import layout
 from pylog.log.checkpoint import fsync_directory
+from pylog.log.config import LogConfig
 from pylog.log.file_records import FileRecords
+from pylog.log.index import CorruptIndexError
+from pylog.log.segment import LogSegment
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +71,28 @@ def swap_to_final(directory: Path, base_offset: int) -> None:
         if swap.exists():
             os.replace(swap, final)
     fsync_directory(directory)
+
+
+def install_cleaned(directory: Path, old: Sequence[LogSegment], config: LogConfig,
+                    max_batch_size: int) -> LogSegment:
+    """Steps 2 to 4 for the cleaned segment written for the consecutive segments ``old``
+    (its base offset is the first one's), then open it, sealed, with their creation time.
+    Indexes that do not match its log are rebuilt from it (batches up to
+    ``max_batch_size``)."""
+    base = old[0].base_offset
+    created_ms = old[-1].created_ms
+    cleaned_to_swap(directory, base)
+    for segment in old:
+        segment.delete()
+    swap_to_final(directory, base)
+    new = LogSegment.open(directory, base, config, created_ms=created_ms, active=False)
+    try:
+        new.load()
+    except (CorruptIndexError, CorruptRecordError) as exc:
+        log.warning("%s: rebuilding the indexes of cleaned segment %d (%s)", directory, base, exc)
+        new.recover(max_batch_size)
+    new.seal()
+    return new
 
 
 def discard_cleaned(directory: Path, base_offset: int) -> None:
