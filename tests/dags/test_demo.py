@@ -37,10 +37,13 @@ def test_the_demo_config_is_the_shipped_one_pointed_at_the_workdir(tmp_path):
 
 
 def test_a_failing_analyst_command_fails_the_demo(tmp_path, capsys):
-    """An empty warehouse: ``pylog query`` fails, so the demo's step 4 fails with its status."""
+    """An empty warehouse and no broker: the queries answer from the tables' empty views,
+    then ``pylog status`` exits 3 (no broker answered, lag unknown), and the demo's step 4
+    fails with that status."""
     from pylog.orchestration.demo import DemoStepFailed, _show_analyst_view
 
     path = write_demo_config(checkout_root(), tmp_path, "127.0.0.1:9")
-    with pytest.raises(DemoStepFailed, match=r"pylog query exited with status 1"):
+    with pytest.raises(DemoStepFailed, match=r"pylog status exited with status 3"):
         _show_analyst_view(path, 10, print)
-    assert "$ pylog status" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "$ pylog status" in out and "broker unreachable" in out
