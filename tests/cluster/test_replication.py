@@ -483,7 +483,7 @@ def test_a_leader_paused_past_its_lease_but_not_its_session_writes_nothing_twice
 def test_metrics_show_under_replication_and_isr_changes(tmp_path, zk_connect):
     from prometheus_client.parser import text_string_to_metric_families
 
-    from pylog.testing.process import free_port
+    from pylog.testing.process import free_port, wait_for_port
 
     cluster = LocalCluster(tmp_path, zk_connect, extra={
         "replica.lag.time.max.ms": 2000, "replica.fetch.wait.max.ms": 200,
@@ -502,6 +502,9 @@ def test_metrics_show_under_replication_and_isr_changes(tmp_path, zk_connect):
 
     cluster.start()
     try:
+        for broker_id, broker in cluster.brokers.items():  # bound after the client port
+            wait_for_port("127.0.0.1", ports[broker_id], 30, broker.process.process,
+                          broker.log_path)
         create_topic(cluster)
         assert sum(gauge(b, "pylog_active_controller") for b in cluster.brokers) == 1
         leader = leader_of(cluster)
