@@ -179,46 +179,33 @@ class GroupHandlers:
     # -- offsets ----------------------------------------------------------------------------
 
     def offset_commit(self, body: dict, version: int, client_id: str, host: str):
-        offsets = {}
-        for topic in body["topics"]:
-            for p in topic["partitions"]:
-                offsets[(topic["name"], p["partition_index"])] = (
-                    p["committed_offset"], p["committed_leader_epoch"], p["committed_metadata"])
         generation = body["generation_id_or_member_epoch"] if version >= 1 else -1
         member_id = body["member_id"] if version >= 1 else ""
-        answer = self.coordinator.run_locked(lambda: self.coordinator.offsets.commit(
+        return self._commit(body, lambda offsets: self.coordinator.offsets.commit(
             body["group_id"], generation, member_id, body["group_instance_id"], offsets))
-
-        def render(bodies: list[dict]) -> dict:
-            errors = bodies[0]
-            return {"throttle_time_ms": 0, "topics": [
-                {"name": topic["name"], "partitions": [
-                    {"partition_index": p["partition_index"],
-                     "error_code": errors[(topic["name"], p["partition_index"])]}
-                    for p in topic["partitions"]]}
-                for topic in body["topics"]]}
-
-        if not isinstance(answer, Pending):
-            return render([answer])
-        timeout = self.coordinator.config["offsets.commit.timeout.ms"] / 1000 + 1
-        return self._wait(body["group_id"], [answer], render,
-                          dict.fromkeys(offsets, COORDINATOR_NOT_AVAILABLE), timeout)
 
     def txn_offset_commit(self, version: int, body: dict, session=None):
         """TxnOffsetCommit v0-4, as a ``Dispatcher.serve`` service."""
+        producer = TxnProducer(body["producer_id"], body["producer_epoch"])
+        # Clients before 2.0 do not retry COORDINATOR_LOAD_IN_PROGRESS.
+        return self._commit(body, lambda offsets: self.coordinator.txn_offsets.commit(
+            body["group_id"], producer, body["generation_id"], body["member_id"],
+            body["group_instance_id"], offsets), loading_unavailable=version < 2)
+
+    def _commit(self, body: dict, commit: Callable, loading_unavailable: bool = False):
+        """An OffsetCommit or TxnOffsetCommit: ``commit(offsets)`` under the coordinator's
+        lock answers an error code per partition, or a Pending one waited on until the
+        write is replicated."""
         offsets = {}
         for topic in body["topics"]:
             for p in topic["partitions"]:
                 offsets[(topic["name"], p["partition_index"])] = (
                     p["committed_offset"], p["committed_leader_epoch"], p["committed_metadata"])
-        producer = TxnProducer(body["producer_id"], body["producer_epoch"])
-        answer = self.coordinator.run_locked(lambda: self.coordinator.txn_offsets.commit(
-            body["group_id"], producer, body["generation_id"], body["member_id"],
-            body["group_instance_id"], offsets))
+        answer = self.coordinator.run_locked(lambda: commit(offsets))
 
         def render(bodies: list[dict]) -> dict:
             errors = bodies[0]
-            if version < 2:  # clients before 2.0 do not retry COORDINATOR_LOAD_IN_PROGRESS
+            if loading_unavailable:
                 errors = {k: COORDINATOR_NOT_AVAILABLE if e == COORDINATOR_LOAD_IN_PROGRESS
                           else e for k, e in errors.items()}
             return {"throttle_time_ms": 0, "topics": [
