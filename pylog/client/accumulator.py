@@ -72,6 +72,20 @@ class ProducerBatch:
         return self.builder.size_in_bytes
 
 
+class PartitionQueue(deque):
+    """A partition's batches in send order; ``open`` is the last one while it takes records.
+
+    The producer keeps each partition's queue next to its TopicPartition, so appending a
+    record looks nothing up by partition."""
+
+    __slots__ = ("tp", "open")
+
+    def __init__(self, tp: TopicPartition) -> None:
+        super().__init__()
+        self.tp = tp
+        self.open: ProducerBatch | None = None
+
+
 class RecordAccumulator:
     """Thread-safe batch queues shared by ``Producer.send`` and the sender thread.
 
@@ -93,12 +107,19 @@ class RecordAccumulator:
         self.transactional = transactional  # every batch is part of a transaction
         self._lock = threading.RLock()  # entered directly on the hot path (a C context manager)
         self.cond = threading.Condition(self._lock)
-        self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
-        self._open: dict[TopicPartition, ProducerBatch] = {}  # the batch records go to, per partition
+        self._queues: dict[TopicPartition, PartitionQueue] = {}
         self._records_limit = max(batch_size - BATCH_HEADER_SIZE, 0)
         self._bytes_held = 0
         self._incomplete = 0  # batches created and not yet completed or failed
         self.flushing = 0
+
+    def partition_queue(self, tp: TopicPartition) -> PartitionQueue:
+        """The queue of ``tp`` (made on first use; it stays for the accumulator's life)."""
+        with self._lock:
+            queue = self._queues.get(tp)
+            if queue is None:
+                queue = self._queues[tp] = PartitionQueue(tp)
+            return queue
 
     def append(self, tp: TopicPartition, key: bytes | None, value: bytes | None,
                headers: Sequence[Header], timestamp: int, max_block_s: float,
@@ -109,16 +130,22 @@ class RecordAccumulator:
 
         Waits while the buffer is full (RequestTimedOutError after ``max_block_s``).
         """
+        return self.append_to(self.partition_queue(tp), key, value, headers, timestamp, max_block_s, waiter)
+
+    def append_to(self, queue: PartitionQueue, key: bytes | None, value: bytes | None,
+                  headers: Sequence[Header], timestamp: int, max_block_s: float,
+                  waiter: object = NEW_FUTURE) -> Future | None:
+        """:meth:`append` to a queue from :meth:`partition_queue` (the producer's hot path)."""
         with self._lock:
             if self._bytes_held >= self.buffer_memory:
                 self._wait_for_room(max_block_s)
-            batch = self._open.get(tp)
+            batch = queue.open
             if batch is None:
-                batch = self._new_batch(tp)
+                batch = self._new_batch(queue)
             size = batch.builder.records.append(key, value, timestamp, headers, self._records_limit)
             if size < 0:  # the batch is full: this record starts the next one
                 self._close(batch)
-                batch = self._new_batch(tp)
+                batch = self._new_batch(queue)
                 size = batch.builder.records.append(key, value, timestamp, headers, self._records_limit)
             if waiter is not None:
                 waiters = batch.waiters
@@ -135,14 +162,12 @@ class RecordAccumulator:
                 self._close(batch)
         return waiter
 
-    def _new_batch(self, tp: TopicPartition) -> ProducerBatch:
-        batch = ProducerBatch(tp, BatchBuilder(compression=self.compression, is_transactional=self.transactional),
+    def _new_batch(self, queue: PartitionQueue) -> ProducerBatch:
+        batch = ProducerBatch(queue.tp, BatchBuilder(compression=self.compression,
+                                                     is_transactional=self.transactional),
                               self.clock(), self.batch_size)
-        queue = self._queues.get(tp)
-        if queue is None:
-            queue = self._queues[tp] = deque()
         queue.append(batch)
-        self._open[tp] = batch
+        queue.open = batch
         self._incomplete += 1
         self._bytes_held += batch.held
         self.cond.notify_all()  # the sender sets its linger timer from the new batch
@@ -157,8 +182,9 @@ class RecordAccumulator:
     def _seal(self, batch: ProducerBatch) -> None:
         if not batch.closed:
             batch.closed = True
-            if self._open.get(batch.tp) is batch:
-                del self._open[batch.tp]
+            queue = self._queues[batch.tp]
+            if queue.open is batch:
+                queue.open = None
             size = batch.size
             self._bytes_held += size - batch.held
             batch.held = size
@@ -207,7 +233,7 @@ class RecordAccumulator:
         among the other retried ones in sequence order, so retries keep the send order."""
         with self.cond:
             batch.retry_at = retry_at
-            queue = self._queues.setdefault(batch.tp, deque())
+            queue = self._queues[batch.tp]
             position = 0
             if batch.sequence is not None:
                 while (position < len(queue) and queue[position].sequence is not None
@@ -235,8 +261,9 @@ class RecordAccumulator:
         """Remove and return every queued batch (used when the producer gives up on them)."""
         with self.cond:
             batches = [b for q in self._queues.values() for b in q]
-            self._queues.clear()
-            self._open.clear()
+            for queue in self._queues.values():
+                queue.clear()
+                queue.open = None
             return batches
 
 

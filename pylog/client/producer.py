@@ -19,7 +19,7 @@ import time
 from concurrent.futures import Future
 from typing import Any, Callable, Iterable, Mapping
 
-from pylog.client.accumulator import NEW_FUTURE, RecordAccumulator
+from pylog.client.accumulator import NEW_FUTURE, PartitionQueue, RecordAccumulator
 from pylog.client.network import NetworkClient
 from pylog.client.partitioner import as_partitioner
 from pylog.client.results import RecordMetadata
@@ -220,13 +220,13 @@ class Producer:
                 route = self._route(topic)
             if partition is None:
                 partition = self._partitioner.partition(topic, key, route.partitions, route.available)
-            tp = route.tps.get(partition)
-            if tp is None:
+            queue = route.queues.get(partition)
+            if queue is None:
                 raise UnknownTopicOrPartitionError(f"{topic} has no partition {partition} "
                                                    f"(partitions 0-{len(route.partitions) - 1})")
-            return self._acc.append(tp, key, value, _headers(headers) if headers else (),
-                                    self._wall_clock_ms() if timestamp is None else int(timestamp),
-                                    self._max_block_s, waiter)
+            return self._acc.append_to(queue, key, value, _headers(headers) if headers else (),
+                                       self._wall_clock_ms() if timestamp is None else int(timestamp),
+                                       self._max_block_s, waiter)
         except PylogError as exc:
             if self._txn is not None:
                 self._txn.record_failed(exc)  # the transaction cannot commit without it
@@ -240,11 +240,10 @@ class Producer:
         if route is None or route.snapshot is not snapshot or self._network.stale:
             metadata = self._topic_metadata(topic)
             partitions = sorted(metadata.partitions)
-            old = {} if route is None else route.tps
             route = self._routes[topic] = _TopicRoute(
                 self._network.snapshot(), partitions,
                 [p for p in partitions if metadata.partitions[p].leader >= 0],
-                {p: old.get(p) or TopicPartition(topic, p) for p in partitions})
+                {p: self._acc.partition_queue(TopicPartition(topic, p)) for p in partitions})
         return route
 
     def _topic_metadata(self, topic: str):
@@ -401,14 +400,14 @@ class Producer:
 
 
 class _TopicRoute:
-    """A topic's partitions under one metadata snapshot: all, with a leader, and one
-    TopicPartition per partition (made once, not per record)."""
+    """A topic's partitions under one metadata snapshot: all, with a leader, and each
+    partition's accumulator queue (looked up once, not per record)."""
 
-    __slots__ = ("snapshot", "partitions", "available", "tps")
+    __slots__ = ("snapshot", "partitions", "available", "queues")
 
     def __init__(self, snapshot, partitions: list[int], available: list[int],
-                 tps: dict[int, TopicPartition]) -> None:
-        self.snapshot, self.partitions, self.available, self.tps = snapshot, partitions, available, tps
+                 queues: dict[int, PartitionQueue]) -> None:
+        self.snapshot, self.partitions, self.available, self.queues = snapshot, partitions, available, queues
 
 
 def _closed_error() -> PylogError:

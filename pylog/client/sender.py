@@ -221,14 +221,16 @@ class Sender(threading.Thread):
             self._send_to_leader(leader, group)
 
     def _send_to_leader(self, leader: int, batches: list[ProducerBatch]) -> None:
+        # At most one batch per partition in a request keeps order: a partition's k-th
+        # batch goes in the k-th request.
         requests: list[list[ProducerBatch]] = []
-        for batch in batches:  # at most one batch per partition in a request keeps order
-            for request in requests:
-                if all(b.tp != batch.tp for b in request):
-                    request.append(batch)
-                    break
-            else:
-                requests.append([batch])
+        earlier: dict[TopicPartition, int] = {}
+        for batch in batches:
+            k = earlier.get(batch.tp, 0)
+            earlier[batch.tp] = k + 1
+            if k == len(requests):
+                requests.append([])
+            requests[k].append(batch)
         for start in range(0, len(requests), self.max_in_flight):
             if not self._send_requests(leader, requests[start:start + self.max_in_flight]):
                 # The connection failed: sending the later batches now would put them
