@@ -6,15 +6,21 @@
 2. Fetch: a confluent-kafka consumer reading a large partition (1 GB by default) from
    the beginning, next to raw loopback ``os.sendfile`` bandwidth of a file of the same
    size. Prints MB/s and the ratio.
+4. Consume: the same confluent-kafka consumer reading the same messages (1000 bytes,
+   ``--consume-per-partition`` in each of 16 partitions, produced by librdkafka into
+   both) from pylog and from librdkafka's mock cluster, and the ratio.
 3. The Kafka paper's producer test: 200-byte messages sent in batches of 1 and of 50
    (paper: about 50k and 400k msgs/s on its 2011 hardware).
 
     python benchmarks/broker_bench.py [--messages 300000] [--fetch-mb 1024]
+        [--consume-per-partition 4000] [--only produce|paper|fetch|consume]
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import glob
 import os
 import socket
 import sys
@@ -23,6 +29,7 @@ import threading
 import time
 from pathlib import Path
 
+import confluent_kafka
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -73,6 +80,53 @@ def mock_cluster_bootstrap() -> tuple[Producer, str]:
     return handle, f"{broker.host}:{broker.port}"
 
 
+class MockCluster:
+    """librdkafka's mock cluster through its C API, which (unlike the Python client)
+    creates topics with a given number of partitions. ``close()`` stops it."""
+
+    def __init__(self, brokers: int = 1) -> None:
+        self._lib = lib = _librdkafka()
+        error = ctypes.create_string_buffer(512)
+        conf = lib.rd_kafka_conf_new()
+        if lib.rd_kafka_conf_set(conf, b"test.mock.num.brokers", str(brokers).encode(),
+                                 error, len(error)) != 0:
+            raise RuntimeError(error.value.decode())
+        self._handle = lib.rd_kafka_new(0, conf, error, len(error))  # 0: a producer
+        if not self._handle:
+            raise RuntimeError(error.value.decode())
+        self._cluster = lib.rd_kafka_handle_mock_cluster(self._handle)
+        self.bootstrap = lib.rd_kafka_mock_cluster_bootstraps(self._cluster).decode()
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        code = self._lib.rd_kafka_mock_topic_create(self._cluster, name.encode(), partitions, 1)
+        if code != 0:
+            raise RuntimeError(f"mock cluster: cannot create {name}: error {code}")
+
+    def close(self) -> None:
+        self._lib.rd_kafka_destroy(self._handle)
+
+
+def _librdkafka():
+    """The librdkafka that confluent-kafka loaded, with the signatures used here."""
+    here = os.path.dirname(confluent_kafka.__file__)
+    paths = glob.glob(os.path.join(here, "..", "confluent_kafka.libs", "librdkafka*.so*"))
+    lib = ctypes.CDLL(paths[0] if paths else "librdkafka.so.1")
+    pointer = ctypes.c_void_p
+    lib.rd_kafka_conf_new.restype = pointer
+    lib.rd_kafka_conf_set.argtypes = [pointer, ctypes.c_char_p, ctypes.c_char_p,
+                                      ctypes.c_char_p, ctypes.c_size_t]
+    lib.rd_kafka_new.restype = pointer
+    lib.rd_kafka_new.argtypes = [ctypes.c_int, pointer, ctypes.c_char_p, ctypes.c_size_t]
+    lib.rd_kafka_handle_mock_cluster.restype = pointer
+    lib.rd_kafka_handle_mock_cluster.argtypes = [pointer]
+    lib.rd_kafka_mock_topic_create.argtypes = [pointer, ctypes.c_char_p, ctypes.c_int,
+                                               ctypes.c_int]
+    lib.rd_kafka_mock_cluster_bootstraps.restype = ctypes.c_char_p
+    lib.rd_kafka_mock_cluster_bootstraps.argtypes = [pointer]
+    lib.rd_kafka_destroy.argtypes = [pointer]
+    return lib
+
+
 def bench_produce(broker: BrokerProcess, count: int) -> None:
     print(f"\n-- produce: {count} x 200-byte values, acks=1, linger.ms=5")
     handle, mock = mock_cluster_bootstrap()
@@ -116,11 +170,29 @@ def fill_partition(bootstrap: str, topic: str, total_bytes: int) -> int:
     return records
 
 
-def consume_rate(bootstrap: str, topic: str, records: int) -> float:
+def produce_values(bootstrap: str, topic: str, count: int, size: int,
+                   partitions: int = 1) -> None:
+    """``count`` values of ``size`` bytes spread over ``partitions``, written by librdkafka."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5,
+                         "queue.buffering.max.messages": 2_000_000,
+                         "batch.size": 1 << 20})
+    value = b"c" * size
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, value, partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    if producer.flush(120):
+        raise RuntimeError("messages left undelivered")
+
+
+def consume_rate(bootstrap: str, topic: str, records: int, partitions: int = 1) -> float:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench",
                          "enable.auto.commit": False, "fetch.max.bytes": 50 << 20,
                          "max.partition.fetch.bytes": 16 << 20})
-    consumer.assign([TopicPartition(topic, 0, 0)])
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     got = size = 0
     start = time.perf_counter()
     while got < records:
@@ -207,6 +279,50 @@ def sendfile_rate(total_bytes: int) -> float:
         return size / elapsed / 1e6
 
 
+def bench_consume(broker: BrokerProcess, per_partition: int, repeat: int = 3) -> None:
+    """The same consumer and the same data (written by librdkafka) from pylog and from
+    the mock cluster. The mock keeps only the last few megabytes of each partition, so
+    the data is spread over ``CONSUME_PARTITIONS`` partitions of a few MB each."""
+    count = per_partition * CONSUME_PARTITIONS
+    print(f"\n-- consume: {count} x 1000-byte values in {CONSUME_PARTITIONS} partitions, "
+          "written by librdkafka into each")
+    mock = MockCluster()
+    try:
+        for bootstrap in (broker.bootstrap, mock.bootstrap):
+            if bootstrap == mock.bootstrap:
+                mock.create_topic("consume", CONSUME_PARTITIONS)
+            else:
+                create_topic(bootstrap, "consume", CONSUME_PARTITIONS)
+            produce_values(bootstrap, "consume", count, 1000, CONSUME_PARTITIONS)
+        _check_mock_kept_everything(mock.bootstrap, "consume", CONSUME_PARTITIONS)
+        # Alternate the two, several times: on a shared machine one pair can mislead.
+        pairs = [(consume_rate(broker.bootstrap, "consume", count, CONSUME_PARTITIONS),
+                  consume_rate(mock.bootstrap, "consume", count, CONSUME_PARTITIONS))
+                 for _ in range(repeat)]
+    finally:
+        mock.close()
+    for ours, theirs in pairs:
+        print(f"confluent-kafka consumer: pylog {ours:8.1f} MB/s | mock cluster "
+              f"{theirs:8.1f} MB/s | pylog/mock {ours / theirs:.2f}")
+    ratios = sorted(ours / theirs for ours, theirs in pairs)
+    print(f"median pylog/mock over {repeat} runs: {ratios[len(ratios) // 2]:.2f}")
+
+
+CONSUME_PARTITIONS = 16
+
+
+def _check_mock_kept_everything(bootstrap: str, topic: str, partitions: int) -> None:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-check"})
+    try:
+        for p in range(partitions):
+            low, _ = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            if low > 0:
+                raise RuntimeError(f"the mock cluster dropped the first {low} messages of "
+                                   f"partition {p}: pass a smaller --consume-per-partition")
+    finally:
+        consumer.close()
+
+
 def bench_fetch(broker: BrokerProcess, megabytes: int) -> None:
     print(f"\n-- fetch: a {megabytes} MB partition read from the beginning")
     create_topic(broker.bootstrap, "fetch", 1)
@@ -224,7 +340,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=300_000)
     parser.add_argument("--fetch-mb", type=int, default=1024)
-    parser.add_argument("--only", choices=["produce", "paper", "fetch"],
+    parser.add_argument("--consume-per-partition", type=int, default=4000)
+    parser.add_argument("--repeat", type=int, default=3, help="consume runs of each")
+    parser.add_argument("--only", choices=["produce", "paper", "fetch", "consume"],
                         help="run one part only")
     args, _ = parser.parse_known_args()
     with tempfile.TemporaryDirectory(prefix="pylog-bench-") as tmp:
@@ -236,6 +354,8 @@ def main() -> int:
                 bench_paper(broker, args.messages)
             if args.only in (None, "fetch"):
                 bench_fetch(broker, args.fetch_mb)
+            if args.only in (None, "consume"):
+                bench_consume(broker, args.consume_per_partition, args.repeat)
     return 0
 
 
