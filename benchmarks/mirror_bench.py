@@ -9,14 +9,14 @@ run, against the same clusters:
    consumer, ``consume(1000)``, ``produce()`` of each record with its key, partition,
    timestamp and headers; acks=all, no transactions), records/s and MB/s;
 2. the same loop made exactly-once as confluent-kafka's transactional example does it
-   (``send_offsets_to_transaction`` to a group on the target, a commit every 500 ms);
-3. ``pylog mirror`` as a child process (exactly once, a commit every 500 ms): records/s and
+   (``send_offsets_to_transaction`` to a group on the target, a commit every 100 ms);
+3. ``pylog mirror`` as a child process (exactly once, a commit every 100 ms): records/s and
    MB/s from its first to its last commit, and the ratio to the baseline;
 4. end-to-end lag under a steady ``--rate`` records/s for ``--seconds``: a record's
    timestamp (kept by the mirror) against the time a read_committed consumer on the target
    sees it; p50, p99 and max.
 
-    python benchmarks/mirror_bench.py [--messages 100000] [--rate 20000] [--seconds 15]
+    python benchmarks/mirror_bench.py [--messages 400000] [--rate 20000] [--seconds 15]
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from pylog.testing.broker import BrokerProcess  # noqa: E402
 from pylog.testing.process import ServerProcess  # noqa: E402
 
 VALUE = b"v" * 200
+TXN_MS = 100        # the mirror's transaction_interval_ms and the transactional loop's
 PARTITIONS = 3
 ALIAS = "src"
 SETTINGS = {"num.partitions": 1, "group.initial.rebalance.delay.ms": 0,
@@ -48,7 +49,7 @@ MIRROR_YAML = """
 source:
   client:
     session.timeout.ms: 6000
-transaction_interval_ms: 500
+transaction_interval_ms: {txn_ms}
 progress_interval_ms: 5000
 """
 
@@ -98,7 +99,7 @@ def copy_loop(source: str, target: str, topic: str, out_topic: str, count: int,
                 continue
             if start is None:
                 start = time.perf_counter()
-                next_commit = start + 0.5
+                next_commit = start + TXN_MS / 1000
             while True:
                 try:
                     producer.produce(out_topic, message.value(), message.key(),
@@ -114,7 +115,7 @@ def copy_loop(source: str, target: str, topic: str, out_topic: str, count: int,
             producer.send_offsets_to_transaction(positions, metadata, 60)
             producer.commit_transaction(60)
             producer.begin_transaction()
-            next_commit = time.perf_counter() + 0.5
+            next_commit = time.perf_counter() + TXN_MS / 1000
     if transactional:
         producer.commit_transaction(60)
     assert producer.flush(120) == 0
@@ -126,7 +127,7 @@ def copy_loop(source: str, target: str, topic: str, out_topic: str, count: int,
 class Mirror:
     def __init__(self, base: Path, source: str, target: str, topic: str) -> None:
         config = base / "mirror.yaml"
-        config.write_text(MIRROR_YAML)
+        config.write_text(MIRROR_YAML.format(txn_ms=TXN_MS))
         argv = [sys.executable, "-m", "pylog.cli.main", "mirror", "--source-bootstrap-server",
                 source, "--target-bootstrap-server", target, "--topics", topic,
                 "--source-alias", ALIAS, "--config", str(config)]
@@ -212,11 +213,15 @@ def steady_lag(base: Path, source: str, target: str, rate: int, seconds: float) 
 
 
 def main() -> int:
+    global TXN_MS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--messages", type=int, default=400_000)
     parser.add_argument("--rate", type=int, default=20_000)
     parser.add_argument("--seconds", type=float, default=15.0)
+    parser.add_argument("--txn-ms", type=int, default=100,
+                        help="transaction interval of the mirror and the transactional loop")
     args = parser.parse_args()
+    TXN_MS = args.txn_ms
     record_bytes = len(VALUE) + len(b"key-00000") + len(b"trace") + 6
     with tempfile.TemporaryDirectory(prefix="mirror-bench-") as tmp:
         base = Path(tmp)
@@ -239,7 +244,7 @@ def main() -> int:
             target.stop()
     mb = record_bytes / 1e6
     print(f"-- {args.messages} records of ~{record_bytes} bytes, {PARTITIONS} partitions, "
-          "pylog broker to pylog broker")
+          f"pylog broker to pylog broker, transactions of {TXN_MS} ms")
     print(f"consume-then-produce loop      {loop:>9,.0f} records/s {loop * mb:6.1f} MB/s")
     print(f"same loop with transactions    {eos:>9,.0f} records/s {eos * mb:6.1f} MB/s "
           f"| eos-loop/loop {eos / loop:.2f}")

@@ -60,11 +60,19 @@ def read_to_end(ck, client_config: dict, topic: str,
                             "enable.auto.commit": False, "isolation.level": "read_committed",
                             "enable.partition.eof": True})
     try:
-        low, high = consumer.get_watermark_offsets(ck.TopicPartition(topic, 0), timeout=timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                low, high = consumer.get_watermark_offsets(ck.TopicPartition(topic, 0),
+                                                           timeout=timeout_s)
+                break
+            except ck.KafkaException as exc:    # a topic just created has no leader yet
+                if not exc.args[0].retriable() or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
         if high <= low:
             return
         consumer.assign([ck.TopicPartition(topic, 0, ck.OFFSET_BEGINNING)])
-        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for message in consumer.consume(500, 0.5):
                 error = message.error()

@@ -70,7 +70,7 @@ class MirrorConfig:
     mirror_group: str = "pylog-mirror.{source_alias}"
     """The mirror's consumer group on the source (members share the partitions) and on the
     target (the source positions, committed in each transaction)."""
-    transaction_interval_ms: int = 500
+    transaction_interval_ms: int = 100
     """How long a transaction collects records before its commit."""
     transaction_timeout_ms: int = 30000
     """After this long the target aborts a transaction whose mirror died."""

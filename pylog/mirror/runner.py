@@ -120,8 +120,7 @@ class Mirror:
         started = list(self._pool.map(self._start_task, partitions))
         target_partitions = [ck.TopicPartition(task.target_topic, task.partition)
                              for task in started]
-        committed = self.offsets_consumer.committed(
-            target_partitions, timeout=config.transaction_timeout_ms / 1000) if started else []
+        committed = self._committed(target_partitions) if started else []
         reset = ck.OFFSET_BEGINNING if config.offset_reset == "earliest" else ck.OFFSET_END
         for tp, task, position in zip(partitions, started, committed):
             if position.offset >= 0:
@@ -130,9 +129,29 @@ class Mirror:
                 tp.offset = reset
             self.tasks[(tp.topic, tp.partition)] = task
         consumer.assign(partitions)
+        consumer.resume(partitions)     # one paused when fenced stays paused otherwise
         load_offset_syncs(ck, config, self.store, {(tp.topic, tp.partition) for tp in partitions})
         log.info("assigned %s", ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}"
                                           for tp in partitions))
+
+    def _committed(self, target_partitions: list) -> list:
+        """The source positions committed in the target (retried while the target's group
+        coordinator moves or loads, as on a cluster that just started)."""
+        deadline = time.monotonic() + self.config.transaction_timeout_ms / 1000
+        while True:
+            try:
+                return self.offsets_consumer.committed(
+                    target_partitions, timeout=max(deadline - time.monotonic(), 1.0))
+            except self.ck.KafkaException as exc:
+                if not exc.args[0].retriable() and exc.args[0].code() not in (
+                        self.ck.KafkaError.NOT_COORDINATOR,
+                        self.ck.KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                        self.ck.KafkaError.COORDINATOR_NOT_AVAILABLE):
+                    raise
+                if time.monotonic() > deadline:
+                    raise
+                log.info("reading committed positions again: %s", exc.args[0].str())
+                time.sleep(0.2)
 
     def _start_task(self, tp) -> PartitionTask:
         task = PartitionTask(self.ck, self.config, tp.topic, tp.partition,
@@ -175,9 +194,10 @@ class Mirror:
         tasks = self.tasks
         try:
             while not self._stop.is_set():
-                self._mirror_batch(tasks)
+                drained = self._mirror_batch(tasks) == 0
                 now = clock()
-                if now >= next_commit:
+                # Caught up with the source: no reason to hold records back any longer.
+                if now >= next_commit or drained:
                     self._commit(list(tasks.values()))
                     next_commit = now + config.transaction_interval_ms / 1000
                 if now >= next_refresh:
@@ -193,7 +213,8 @@ class Mirror:
         finally:
             self.close()
 
-    def _mirror_batch(self, tasks) -> None:
+    def _mirror_batch(self, tasks) -> int:
+        """Consume and produce one batch; returns how many messages it held."""
         messages = self.consumer.consume(BATCH, POLL_TIMEOUT_S)
         task = None
         for message in messages:
@@ -209,6 +230,7 @@ class Mirror:
                 if task is None:
                     continue    # fenced: paused until the group moves it
             task.produce(message)
+        return len(messages)
 
     def _commit(self, tasks: list[PartitionTask], rewind: bool = True) -> None:
         open_tasks = [task for task in tasks if task.in_transaction]

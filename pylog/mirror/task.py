@@ -151,10 +151,7 @@ class PartitionTask:
             return True
         ck = self.ck
         try:
-            self.producer.flush(self.timeout_s)
-            if self._failed or any(run[1] is None for run in self._runs):
-                raise ck.KafkaException(self._failed[0] if self._failed else
-                                        ck.KafkaError(ck.KafkaError._MSG_TIMED_OUT))
+            self._await_run_offsets()
             runs = [OffsetSync(s, t, n, nxt) for s, t, n, nxt in self._runs]
             if runs:
                 last = runs[-1]
@@ -173,6 +170,17 @@ class PartitionTask:
         self.committed = self.position
         self.last_runs = runs
         return True
+
+    def _await_run_offsets(self) -> None:
+        """Until each run's first record has its target offset. Usually it has long
+        since: no need to wait for the rest, commit_transaction flushes them anyway."""
+        deadline = time.monotonic() + self.timeout_s
+        while not self._failed and any(run[1] is None for run in self._runs):
+            if time.monotonic() > deadline:
+                raise self.ck.KafkaException(self.ck.KafkaError(self.ck.KafkaError._MSG_TIMED_OUT))
+            self.producer.poll(0.002)
+        if self._failed:
+            raise self.ck.KafkaException(self._failed[0])
 
     def _commit_transaction(self) -> None:
         deadline = time.monotonic() + self.timeout_s

@@ -47,6 +47,12 @@ def committed_total(target_bootstrap: str, topic: str, partitions: int) -> int:
         found = consumer.committed([ck.TopicPartition(topic, p) for p in range(partitions)],
                                    timeout=30)
         return sum(max(tp.offset, 0) for tp in found)
+    except ck.KafkaException as exc:     # the group's coordinator moving, as in a new cluster
+        if exc.args[0].code() not in (ck.KafkaError.NOT_COORDINATOR,
+                                      ck.KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                                      ck.KafkaError.COORDINATOR_NOT_AVAILABLE):
+            raise
+        return 0
     finally:
         consumer.close()
 
