@@ -4,6 +4,9 @@
 returns a ``concurrent.futures.Future``; a background sender thread (see
 :mod:`pylog.client.sender`) ships batches when they reach ``batch_size`` bytes or have
 waited ``linger_ms``. Every future ends with a RecordMetadata or an exception.
+``produce()`` is the fast path for many records: the same, without a future (an optional
+``on_delivery`` callback instead), so a record costs its encoding into the batch and
+little more.
 
 With a ``transactional_id`` the producer writes in transactions (see
 :mod:`pylog.client.txn_manager` for the states and the kinds of errors): records sent
@@ -53,6 +56,8 @@ class Producer:
     >>> future = producer.send("events", b"hello", key=b"user-1")
     >>> future.result().offset
     41
+    >>> for line in lines:  # many records: no future each
+    ...     producer.produce("events", line, on_delivery=report)
     >>> producer.close()
 
     Parameters: ``acks`` 0 (no answer), 1 (leader wrote it) or "all"/-1 (in-sync replicas
@@ -222,8 +227,7 @@ class Producer:
                 partition = self._partitioner.partition(topic, key, route.partitions, route.available)
             queue = route.queues.get(partition)
             if queue is None:
-                raise UnknownTopicOrPartitionError(f"{topic} has no partition {partition} "
-                                                   f"(partitions 0-{len(route.partitions) - 1})")
+                queue = self._partition_queue(route, topic, partition)
             return self._acc.append_to(queue, key, value, _headers(headers) if headers else (),
                                        self._wall_clock_ms() if timestamp is None else int(timestamp),
                                        self._max_block_s, waiter)
@@ -243,8 +247,16 @@ class Producer:
             route = self._routes[topic] = _TopicRoute(
                 self._network.snapshot(), partitions,
                 [p for p in partitions if metadata.partitions[p].leader >= 0],
-                {p: self._acc.partition_queue(TopicPartition(topic, p)) for p in partitions})
+                {p: old for p, old in ({} if route is None else route.queues).items() if p in partitions})
         return route
+
+    def _partition_queue(self, route: "_TopicRoute", topic: str, partition: int) -> PartitionQueue:
+        """The accumulator's queue for a partition the route has not used yet."""
+        if partition not in route.partitions:
+            raise UnknownTopicOrPartitionError(f"{topic} has no partition {partition} "
+                                               f"(partitions 0-{len(route.partitions) - 1})")
+        queue = route.queues[partition] = self._acc.partition_queue(TopicPartition(topic, partition))
+        return queue
 
     def _topic_metadata(self, topic: str):
         deadline = self._clock() + self._max_block_s
@@ -400,8 +412,8 @@ class Producer:
 
 
 class _TopicRoute:
-    """A topic's partitions under one metadata snapshot: all, with a leader, and each
-    partition's accumulator queue (looked up once, not per record)."""
+    """A topic's partitions under one metadata snapshot: all, with a leader, and the
+    accumulator queue of each partition used (looked up once, not per record)."""
 
     __slots__ = ("snapshot", "partitions", "available", "queues")
 

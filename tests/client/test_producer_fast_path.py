@@ -94,7 +94,7 @@ def test_callbacks_once_per_record_with_the_offsets_in_the_log(proxied, encoder)
     topic = new_topic(broker, partitions=3)
     deliveries = Deliveries()
     futures = {}
-    with Producer(broker.bootstrap, linger_ms=2, batch_size=3000) as producer:
+    with Producer(broker.bootstrap, linger_ms=2, batch_size=3000, compression="zstd") as producer:
         for i in range(900):
             value = b"%05d" % i + b"." * 50
             if i % 10 == 0:  # futures and callbacks in the same batches
