@@ -79,7 +79,7 @@ def _security_properties(path: str | None, flag: str) -> dict[str, str]:
                   "ssl.certificate.location": security.ssl_certificate_location,
                   "ssl.key.location": security.ssl_key_location,
                   "ssl.key.password": security.ssl_key_password}
-    if security.uses_tls():
+    if security.uses_tls:
         properties["ssl.endpoint.identification.algorithm"] = \
             security.ssl_endpoint_identification_algorithm
     return {k: v for k, v in properties.items() if v is not None}

@@ -240,6 +240,11 @@ def check_client_properties(config: MirrorConfig) -> None:
 
     ck = require_client()
     for name, side in (("source", config.source), ("target", config.target)):
+        try:
+            ck.Producer({**side.client, "log_level": 0})
+            continue
+        except ck.KafkaException as exc:
+            together = exc.args[0].str() if exc.args else str(exc)
         for key, value in side.client.items():   # one at a time: errors name aliases
             try:
                 ck.Producer({key: value, "log_level": 0})
@@ -248,3 +253,5 @@ def check_client_properties(config: MirrorConfig) -> None:
                 problem = ("no such librdkafka property" if "No such configuration" in message
                            else "invalid value")
                 raise ConfigError(f"{name}.client.{key}", problem) from None
+        # Each is fine alone, not together (sasl.* without a SASL security.protocol, ...).
+        raise ConfigError(f"{name}.client", together)

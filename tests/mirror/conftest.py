@@ -39,8 +39,9 @@ def target(tmp_path_factory):
         yield broker
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int, configs: dict | None = None) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+def create_topic(bootstrap: str, topic: str, partitions: int, configs: dict | None = None,
+                 security: dict | None = None) -> None:
+    admin = AdminClient({**(security or {}), "bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, partitions, 1, config=configs or {})])[topic].result(30)
 
 

@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import confluent_kafka as ck
+import pytest
 
 from pylog.testing.process import ServerProcess
+from tests.mirror.conftest import GROUP
 
 HEADERS = ("pylog.mirror.source", "pylog.mirror.offset")
 
@@ -77,11 +79,13 @@ class MirrorProcess:
 
 
 def produce(bootstrap: str, topic: str, start: int, count: int, partitions: int,
-            transactional_id: str | None = None, batches: int = 1) -> list[Record]:
+            transactional_id: str | None = None, batches: int = 1,
+            security: dict | None = None) -> list[Record]:
     """``count`` records numbered from ``start`` spread over ``partitions``, with keys,
     explicit timestamps and headers; in ``batches`` transactions when transactional (the
-    source then holds control records and the mirror must skip them)."""
-    settings = {"bootstrap.servers": bootstrap, "linger.ms": 5}
+    source then holds control records and the mirror must skip them). ``security``:
+    librdkafka security settings."""
+    settings = {**(security or {}), "bootstrap.servers": bootstrap, "linger.ms": 5}
     if transactional_id:
         settings["transactional.id"] = transactional_id
     producer = ck.Producer(settings)
@@ -150,3 +154,34 @@ def check_exactly_once(sent: list[Record], mirrored: list[tuple[Record, list]], 
             f"partition {partition}: {len(mirrored_records)} mirrored of {len(records)}")
         assert mirrored_records == records, f"partition {partition} differs"
     assert set(got) <= set(by_partition)
+
+
+def committed_total(target_bootstrap: str, topic: str, partitions: int) -> int:
+    """How far the mirror's committed source positions on the target have come."""
+    consumer = ck.Consumer({"bootstrap.servers": target_bootstrap, "group.id": GROUP,
+                            "enable.auto.commit": False})
+    try:
+        found = consumer.committed([ck.TopicPartition(topic, p) for p in range(partitions)],
+                                   timeout=30)
+        return sum(max(tp.offset, 0) for tp in found)
+    except ck.KafkaException as exc:     # the group's coordinator moving, as in a new cluster
+        if exc.args[0].code() not in (ck.KafkaError.NOT_COORDINATOR,
+                                      ck.KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                                      ck.KafkaError.COORDINATOR_NOT_AVAILABLE):
+            raise
+        return 0
+    finally:
+        consumer.close()
+
+
+def wait_for_commit(mirror: MirrorProcess, target_bootstrap: str, topic: str, partitions: int,
+                    above: int, timeout: float = 60.0) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert mirror.alive(), mirror.logs()[-3000:]
+        total = committed_total(target_bootstrap, topic, partitions)
+        if total > above:
+            return total
+        time.sleep(0.2)
+    pytest.fail(f"the mirror committed nothing past {above} within {timeout} s:\n"
+                + mirror.logs()[-3000:])

@@ -16,9 +16,9 @@ from confluent_kafka.admin import NewPartitions
 
 from pylog.testing.zookeeper import zookeeper_fixture
 from tests.cluster.cluster_helpers import LocalCluster
-from tests.mirror.conftest import ALIAS, BROKER_SETTINGS, GROUP, create_topic, mirror_args
+from tests.mirror.conftest import ALIAS, BROKER_SETTINGS, create_topic, mirror_args
 from tests.mirror.helpers import (
-    MirrorProcess, MockCluster, check_exactly_once, produce, read_all)
+    MirrorProcess, MockCluster, check_exactly_once, produce, read_all, wait_for_commit)
 
 zookeeper = zookeeper_fixture()
 
@@ -37,37 +37,6 @@ def target_cluster(tmp_path_factory, zookeeper):
         yield cluster
     finally:
         cluster.close()
-
-
-def committed_total(target_bootstrap: str, topic: str, partitions: int) -> int:
-    """How far the mirror's committed source positions on the target have come."""
-    consumer = ck.Consumer({"bootstrap.servers": target_bootstrap, "group.id": GROUP,
-                            "enable.auto.commit": False})
-    try:
-        found = consumer.committed([ck.TopicPartition(topic, p) for p in range(partitions)],
-                                   timeout=30)
-        return sum(max(tp.offset, 0) for tp in found)
-    except ck.KafkaException as exc:     # the group's coordinator moving, as in a new cluster
-        if exc.args[0].code() not in (ck.KafkaError.NOT_COORDINATOR,
-                                      ck.KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-                                      ck.KafkaError.COORDINATOR_NOT_AVAILABLE):
-            raise
-        return 0
-    finally:
-        consumer.close()
-
-
-def wait_for_commit(mirror: MirrorProcess, target_bootstrap: str, topic: str, partitions: int,
-                    above: int, timeout: float = 60.0) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert mirror.alive(), mirror.logs()[-3000:]
-        total = committed_total(target_bootstrap, topic, partitions)
-        if total > above:
-            return total
-        time.sleep(0.2)
-    pytest.fail(f"the mirror committed nothing past {above} within {timeout} s:\n"
-                + mirror.logs()[-3000:])
 
 
 def kill_and_restart_while_producing(mirror: MirrorProcess, source_bootstrap: str,

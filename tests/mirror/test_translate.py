@@ -1,6 +1,7 @@
 """Offset translation: a consumer group that read half a topic on the source fails over to
 the mirror's target with ``pylog mirror translate-offsets --apply`` and reads the other
-half there, each record once."""
+half there, each record once. The source is secured (SASL_SSL, SCRAM, ACLs): the mirror
+gets its settings from ``--source-command-config``, and never prints the password."""
 
 from __future__ import annotations
 
@@ -10,8 +11,23 @@ import time
 
 import confluent_kafka as ck
 
+import pytest
+
+from pylog.testing.secured import SecuredBroker
 from tests.mirror.conftest import ALIAS, create_topic, mirror_args
-from tests.mirror.helpers import MirrorProcess, produce
+from tests.mirror.helpers import MirrorProcess, produce, wait_for_commit
+
+PASSWORD = "s3cret-Mirror-pw"
+
+
+@pytest.fixture(scope="module")
+def secured_source(tmp_path_factory):
+    with SecuredBroker(tmp_path_factory.mktemp("secured"), {"admin": PASSWORD},
+                       overrides={"group.min.session.timeout.ms": 1000,
+                                  "transaction.state.log.num.partitions": 1,
+                                  "transaction.state.log.replication.factor": 1,
+                                  "transaction.state.log.min.isr": 1}) as broker:
+        yield broker
 
 APP_GROUP = "clicks-app"
 
@@ -40,10 +56,11 @@ def consume(bootstrap: str, group: str, topic: str, count: int, to_the_end: bool
     return values
 
 
-def consume_half(bootstrap: str, group: str, topic: str, partitions: int, total: int) -> list[bytes]:
+def consume_half(bootstrap: str, group: str, topic: str, partitions: int, total: int,
+                 security: dict) -> list[bytes]:
     """The first half of each partition, as read by ``group``, whose offsets are then
     committed right after it (mid-transaction on the source, past some control records)."""
-    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+    consumer = ck.Consumer({**security, "bootstrap.servers": bootstrap, "group.id": group,
                             "enable.auto.commit": False, "auto.offset.reset": "earliest",
                             "isolation.level": "read_committed"})
     consumer.subscribe([topic])
@@ -69,15 +86,23 @@ def translate(args: list[str], *extra: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
-def test_a_group_fails_over_at_translated_offsets(source, target, tmp_path):
-    create_topic(source.bootstrap, "clicks", 2)
-    # Transactions leave control records in the source: offsets differ on the target.
-    sent = produce(source.bootstrap, "clicks", 0, 200, 2, "clicks-producer", batches=7)
-    first_half = consume_half(source.bootstrap, APP_GROUP, "clicks", 2, len(sent))
-    assert len(first_half) == 100
-    args = mirror_args(tmp_path, source.bootstrap, target.bootstrap, "clicks")
+def test_a_group_fails_over_at_translated_offsets(secured_source, target, tmp_path):
+    source = secured_source.bootstrap
+    security = secured_source.client_settings("admin")
+    create_topic(source, "clicks", 2, security=security)
+    properties = tmp_path / "source.properties"
+    properties.write_text("".join(f"{k}={v}\n" for k, v in security.items()))
+    args = mirror_args(tmp_path, source, target.bootstrap, "clicks") + [
+        "--source-command-config", str(properties)]
     mirror = MirrorProcess(tmp_path, args).start()
     translate_args = [a for a in args if a not in ("--topics", "clicks")]
+    # Batches the mirror copies in separate transactions: their markers make target
+    # offsets differ from source offsets.
+    sent = []
+    for batch in range(5):
+        sent += produce(source, "clicks", len(sent), 40, 2, security=security)
+        wait_for_commit(mirror, target.bootstrap, f"{ALIAS}.clicks", 2, len(sent) - 1)
+    first_half = consume_half(source, APP_GROUP, "clicks", 2, len(sent), security)
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -94,6 +119,7 @@ def test_a_group_fails_over_at_translated_offsets(source, target, tmp_path):
         assert f"committed 2 offsets for group {APP_GROUP}" in applied.stdout
     finally:
         mirror.stop()
+    assert PASSWORD not in mirror.logs()
     second_half = consume(target.bootstrap, APP_GROUP, f"{ALIAS}.clicks", 100, to_the_end=True)
     assert len(second_half) == 100, "the group read records twice or missed some on the target"
     assert sorted(first_half + second_half) == sorted(r.value for r in sent)
