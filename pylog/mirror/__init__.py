@@ -19,7 +19,7 @@ MISSING_CLIENT = ("pylog mirror needs confluent-kafka: pip install 'pylog[mirror
 
 
 def require_client():
-    """Import confluent_kafka, or raise ConfigError with the install command."""
+    """Import confluent_kafka, or raise PylogError with the install command."""
     try:
         import confluent_kafka
     except ImportError:

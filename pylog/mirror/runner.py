@@ -30,7 +30,7 @@ from pylog.mirror.config import LIBRDKAFKA_LOG, MirrorConfig
 from pylog.mirror.offset_syncs import OffsetSyncStore
 from pylog.mirror.progress import ProgressReporter
 from pylog.mirror.task import PartitionFenced, PartitionTask
-from pylog.mirror.topics import TopicSync, MirrorSetupError
+from pylog.mirror.topics import MirrorSetupError, TopicSync
 
 log = logging.getLogger(__name__)
 

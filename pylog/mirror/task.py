@@ -127,10 +127,6 @@ class PartitionTask:
             except BufferError:
                 self.producer.poll(0.05)
 
-    def advance(self, position: int) -> None:
-        """The consumer moved past source offsets that hold no record (control records)."""
-        self.position = max(self.position, position)
-
     def _first_delivered(self, run: list):
         def delivered(err, msg):
             if err is None:

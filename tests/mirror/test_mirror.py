@@ -10,15 +10,19 @@ import time
 
 import confluent_kafka as ck
 import pytest
-from confluent_kafka.admin import AdminClient, ConfigResource
-
-from confluent_kafka.admin import NewPartitions
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions
 
 from pylog.testing.zookeeper import zookeeper_fixture
 from tests.cluster.cluster_helpers import LocalCluster
 from tests.mirror.conftest import ALIAS, BROKER_SETTINGS, create_topic, mirror_args
 from tests.mirror.helpers import (
-    MirrorProcess, MockCluster, check_exactly_once, produce, read_all, wait_for_commit)
+    MirrorProcess,
+    MockCluster,
+    check_exactly_once,
+    produce,
+    read_all,
+    wait_for_commit,
+)
 
 zookeeper = zookeeper_fixture()
 

@@ -10,7 +10,12 @@ import random
 
 import pytest
 
-from pylog.mirror.offset_syncs import OffsetSync, OffsetSyncStore, decode_syncs, encode_syncs
+from pylog.mirror.offset_syncs import (
+    OffsetSync,
+    OffsetSyncStore,
+    decode_syncs,
+    encode_syncs,
+)
 
 
 def mirror_model(rng: random.Random, records: int):

@@ -10,7 +10,6 @@ import sys
 import time
 
 import confluent_kafka as ck
-
 import pytest
 
 from pylog.testing.secured import SecuredBroker
