@@ -3,7 +3,8 @@
     pylog mirror --source-bootstrap-server dc1:9092 --target-bootstrap-server agg:9092 \\
         --topics 'orders|payments' --source-alias dc1
     pylog mirror --config conf/mirror.yaml
-    pylog mirror translate-offsets --config conf/mirror.yaml --group orders-app [--apply]
+    pylog mirror translate-offsets --target-bootstrap-server agg:9092 --source-alias dc1 \
+        --group orders-app [--apply]
 
 Target topics are named ``{source_alias}.{topic}`` (the ``target_topic`` setting). Run the
 same command several times to share the work; stop it with SIGTERM or Ctrl-C (the open
@@ -98,7 +99,8 @@ def config_from_args(args, need_topics: bool = True):
     topics = getattr(args, "topics", None)
     if not need_topics and topics is None and "topics" not in raw:
         topics = ".*"
-    return build_config(raw, source=source, target=target, topics=topics)
+    return build_config(raw, source=source, target=target, topics=topics,
+                        source_required=need_topics)
 
 
 def _checked_config(args, need_topics: bool = True):

@@ -126,7 +126,8 @@ def topics_pattern(value: Any, key: str = "topics") -> re.Pattern:
         raise ConfigError(key, f"not a valid regex: {exc}") from None
 
 
-def _side(raw: Any, name: str, overrides: Mapping[str, Any]) -> tuple[ClusterSettings, str | None]:
+def _side(raw: Any, name: str, overrides: Mapping[str, Any],
+          required: bool = True) -> tuple[ClusterSettings, str | None]:
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise ConfigError(name, "a mapping (alias, bootstrap_servers, client)")
@@ -142,7 +143,9 @@ def _side(raw: Any, name: str, overrides: Mapping[str, Any]) -> tuple[ClusterSet
         if key in OWNED_PROPERTIES:
             raise ConfigError(f"{name}.client.{key}", "set by the mirror itself")
     servers = overrides.get("bootstrap_servers") or raw.get("bootstrap_servers")
-    if not servers or not isinstance(servers, str):
+    if not required and not servers:
+        servers = ""
+    elif not servers or not isinstance(servers, str):
         flag = f"--{name}-bootstrap-server"
         raise ConfigError(f"{name}.bootstrap_servers", f"missing (or give {flag} HOST:PORT)")
     alias = overrides.get("alias") or raw.get("alias")
@@ -157,9 +160,10 @@ def _property_value(value: Any) -> str:
 
 def build_config(raw: Mapping[str, Any] | None, *, source: Mapping[str, Any] | None = None,
                  target: Mapping[str, Any] | None = None,
-                 topics: str | None = None) -> MirrorConfig:
+                 topics: str | None = None, source_required: bool = True) -> MirrorConfig:
     """The config from the parsed YAML (or None) and flag overrides per side
-    (``bootstrap_servers``, ``alias``, ``client``) and ``topics``.
+    (``bootstrap_servers``, ``alias``, ``client``) and ``topics``. ``source_required``
+    False: the source's servers may be missing (``translate-offsets`` reads the target only).
 
     Raises ConfigError naming the key of the first mistake.
     """
@@ -167,7 +171,7 @@ def build_config(raw: Mapping[str, Any] | None, *, source: Mapping[str, Any] | N
     for key in raw:
         if key not in _TOP_KEYS:
             raise ConfigError(key, f"unknown key (known: {', '.join(sorted(_TOP_KEYS))})")
-    source_settings, alias = _side(raw.get("source"), "source", source or {})
+    source_settings, alias = _side(raw.get("source"), "source", source or {}, source_required)
     target_settings, target_alias = _side(raw.get("target"), "target", target or {})
     if target_alias is not None:
         raise ConfigError("target.alias", "only the source has an alias")
