@@ -3,7 +3,7 @@
     pylog mirror --source-bootstrap-server dc1:9092 --target-bootstrap-server agg:9092 \\
         --topics 'orders|payments' --source-alias dc1
     pylog mirror --config conf/mirror.yaml
-    pylog mirror translate-offsets --target-bootstrap-server agg:9092 --source-alias dc1 \
+    pylog mirror translate-offsets --target-bootstrap-server agg:9092 --source-alias dc1 \\
         --group orders-app [--apply]
 
 Target topics are named ``{source_alias}.{topic}`` (the ``target_topic`` setting). Run the
