@@ -5,6 +5,11 @@ the same work without the per-field loop, and unpack or pack each run of consecu
 fixed-size fields (int8..int64, uint32, float64, bool) with one ``struct.Struct`` call.
 For a Fetch partition that is one unpack instead of six. Tests check the generated
 functions against the interpreted ones.
+
+``generate_inline`` goes one step further for the codec of a whole message: one
+function with every nested struct, array of structs, string and records field written
+out in place, which hands any input it does not handle to the per-struct functions
+(see the section below).
 """
 
 from __future__ import annotations
