@@ -227,6 +227,7 @@ class Broker:
         self.txn_markers = TxnMarkerService(logs, self.clock)
         dispatcher.serve(txn_markers.API_KEY, txn_markers.VERSIONS, self.txn_markers.handle)
         self.txn_markers.add_marker_listener(self.coordinator.on_transaction_completed)
+        self.transactions.markers.local = self.txn_markers.write
         self._processors = [
             Processor(i, dispatcher, config["socket.request.max.bytes"], waiters.add,
                       waiters.remove, self.clock, budget, config["connections.max.idle.ms"])

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -149,6 +150,18 @@ class TxnMarkerService:
             return response
         work = MarkerWork(response, pending, self.clock() + self.timeout_ms / 1000, self._notify)
         return work.attempt(final=False) or work
+
+    def write(self, body: dict, poll_s: float = 0.005) -> dict:
+        """Answer a WriteTxnMarkers request body in-process (the broker's own transaction
+        coordinator writing markers to partitions it leads): blocks until the markers are
+        replicated or the request's timeout passed."""
+        answer = self.handle(1, body)
+        while not isinstance(answer, dict):
+            time.sleep(poll_s)
+            response = answer.attempt(final=self.clock() >= answer.deadline)
+            if response is not None:
+                return response
+        return answer
 
     def _append(self, tp: TopicPartition, marker: dict, result: dict) -> _PendingMarker | None:
         producer_id, commit = marker["producer_id"], marker["transaction_result"]

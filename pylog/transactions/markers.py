@@ -12,6 +12,11 @@ answer (given once the markers are replicated). Per partition:
 * anything else (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, a lost connection...):
   routed again from fresh metadata after a backoff, to whichever broker leads it now.
 
+Markers for partitions this broker leads itself are written in-process through
+``MarkerChannel.local`` (set by the broker: WriteTxnMarkers' handler, waited on until the
+markers are replicated), not over the network: a standalone broker's inter-broker listener
+need not be one it serves, and a broker needs no credentials for itself.
+
 A partition whose topic was deleted is dropped. Once every partition of a job is done,
 ``on_written(job)`` runs (the coordinator then writes CompleteCommit/CompleteAbort).
 """
@@ -73,6 +78,8 @@ class MarkerChannel:
         self._senders: dict[int, _BrokerSender] = {}
         self._unrouted: list[tuple[MarkerJob, TopicPartition]] = []
         self._stopped = False
+        # body -> response of a WriteTxnMarkers request answered by this broker itself.
+        self.local: Callable[[dict], dict] | None = None
 
     def add(self, job: MarkerJob) -> None:
         with self._lock:
@@ -239,9 +246,13 @@ class _BrokerSender(threading.Thread):
              "topics": [{"name": name, "partition_indexes": parts}
                         for name, parts in topics.items()]}
             for job, topics in by_job.values()]}
-        connection = self._connect()
-        response = connection.request(ApiKey.WRITE_TXN_MARKERS, body,
-                                      self._version(connection))
+        local = self.channel.local
+        if local is not None and self.broker_id == self.channel.local_id:
+            response = local(body)
+        else:
+            connection = self._connect()
+            response = connection.request(ApiKey.WRITE_TXN_MARKERS, body,
+                                          self._version(connection))
         answered: set[tuple[int, TopicPartition]] = set()
         by_producer = {job.producer_id: job for job, _ in by_job.values()}
         for marker in response["markers"]:

@@ -3,6 +3,8 @@ and a client allowed to write one transactional id and one topic."""
 
 from __future__ import annotations
 
+import time
+
 import confluent_kafka
 import pytest
 
@@ -112,3 +114,37 @@ def test_refused_ids_and_topics(secured):
             "allowed": 0, "refused": TOPIC_AUTHORIZATION_FAILED}
     finally:
         connection.close()
+
+
+def test_a_broker_whose_only_listener_is_secured_writes_its_own_markers(tmp_path):
+    """A standalone broker serving only SASL_SSL, with no inter-broker credentials: the
+    markers for its own partitions are written in-process, so the transaction completes
+    and the next one commits too."""
+    acls = (allow("app", ResourceType.TRANSACTIONAL_ID, "solo-tx", Op.WRITE, Op.DESCRIBE)
+            + allow("app", ResourceType.TOPIC, "solo", Op.WRITE, Op.READ, Op.DESCRIBE)
+            + allow("app", ResourceType.GROUP, "solo-reader", Op.READ))
+    broker = SecuredBroker(tmp_path / "solo", PASSWORDS, acls, overrides={
+        "transaction.state.log.num.partitions": 1})
+    with broker:
+        with Admin(broker.bootstrap, security=broker.security("admin")) as admin:
+            admin.create_topic("solo", num_partitions=1)
+        app = producer(broker, "solo-tx")
+        app.init_transactions(60)
+        run_transaction(app, "solo", [b"first"])
+        run_transaction(app, "solo", [b"second", END])
+        reader = confluent_kafka.Consumer({**broker.client_settings("app"),
+                                           "bootstrap.servers": broker.bootstrap,
+                                           "group.id": "solo-reader",
+                                           "isolation.level": "read_committed",
+                                           "log_level": 2})
+        reader.assign([confluent_kafka.TopicPartition("solo", 0,
+                                                      confluent_kafka.OFFSET_BEGINNING)])
+        values, deadline = [], time.monotonic() + 60
+        try:
+            while END not in values and time.monotonic() < deadline:
+                message = reader.poll(1.0)
+                if message is not None and not message.error():
+                    values.append(message.value())
+        finally:
+            reader.close()
+        assert values == [b"first", b"second", END]
