@@ -12,10 +12,11 @@ answer (given once the markers are replicated). Per partition:
 * anything else (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, a lost connection...):
   routed again from fresh metadata after a backoff, to whichever broker leads it now.
 
-Markers for partitions this broker leads itself are written in-process through
+Markers for partitions this broker leads itself go over its own inter-broker listener,
+as in Kafka; when it does not serve one (a standalone broker's inter-broker listener need
+not be one of its listeners, nor its credentials set) they are written in-process through
 ``MarkerChannel.local`` (set by the broker: WriteTxnMarkers' handler, waited on until the
-markers are replicated), not over the network: a standalone broker's inter-broker listener
-need not be one it serves, and a broker needs no credentials for itself.
+markers are replicated).
 
 A partition whose topic was deleted is dropped. Once every partition of a job is done,
 ``on_written(job)`` runs (the coordinator then writes CompleteCommit/CompleteAbort).
@@ -247,7 +248,8 @@ class _BrokerSender(threading.Thread):
                         for name, parts in topics.items()]}
             for job, topics in by_job.values()]}
         local = self.channel.local
-        if local is not None and self.broker_id == self.channel.local_id:
+        if (local is not None and self.broker_id == self.channel.local_id
+                and self.channel.address_of(self.broker_id) is None):
             response = local(body)
         else:
             connection = self._connect()
