@@ -8,7 +8,7 @@ most of the per-record cost is creating and later garbage-collecting those. A
 
 Two rules keep a shared Condition correct, because ``Future.result()`` waits once and does
 not loop on spurious wake-ups: a batch's futures are settled together while holding the
-batch's condition (see :func:`settle_all`), so a woken waiter always finds its own
+batch's condition (see :func:`deliver`), so a woken waiter always finds its own
 future done; and a record future cannot be cancelled (the record may already be on the
 wire), so no single future ever notifies its siblings.
 
@@ -31,16 +31,46 @@ log = logging.getLogger(__name__)
 _PLAIN_ATTRIBUTES = {"_condition", "_state", "_result", "_exception", "_waiters", "_done_callbacks"}
 
 
-class RecordFuture(Future):
-    """A Future whose Condition is shared with the other records of its batch."""
+class _ListOnFirstUse:
+    """A Future's list attribute (``_waiters``, ``_done_callbacks``) made the first time it
+    is used: most record futures never need theirs, and two fewer objects per record
+    means far less garbage-collector work while a caller holds many futures."""
 
-    def __init__(self, condition: threading.Condition) -> None:  # noqa: super() not called on purpose
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = "_list" + name
+
+    def __get__(self, future, owner=None):
+        if future is None:
+            return self
+        found = getattr(future, self.name, None)
+        if found is None:
+            found = []
+            setattr(future, self.name, found)
+        return found
+
+    def __set__(self, future, value) -> None:
+        setattr(future, self.name, value)
+
+
+class RecordFuture(Future):
+    """A Future whose Condition is shared with the other records of its batch.
+
+    Only the condition is set per future; the pending state is the class's, and the
+    lists are made on first use."""
+
+    _state = "PENDING"
+    _result = None
+    _exception = None
+    _waiters = _ListOnFirstUse()
+    _done_callbacks = _ListOnFirstUse()
+
+    def __init__(self, condition: threading.Condition) -> None:  # super().__init__() not called on purpose
         self._condition = condition
-        self._state = "PENDING"
-        self._result = None
-        self._exception = None
-        self._waiters = []
-        self._done_callbacks = []
+
+    def has_listeners(self) -> bool:
+        """Whether a done-callback or a ``concurrent.futures.wait`` waits on this future
+        (without making its lists)."""
+        return (getattr(self, "_list_waiters", None) or getattr(self, "_list_done_callbacks", None)) is not None
 
     def cancel(self) -> bool:
         """Records cannot be cancelled once queued; always False."""
@@ -53,23 +83,6 @@ _SHARING_WORKS = set(vars(Future())) == _PLAIN_ATTRIBUTES
 def new_record_future(condition: threading.Condition) -> Future:
     """A pending Future for one record, sharing ``condition`` when that is safe."""
     return RecordFuture(condition) if _SHARING_WORKS else Future()
-
-
-def settle_all(condition: threading.Condition, futures: list[Future], results: list | None = None,
-               exception: BaseException | None = None) -> None:
-    """Give every future of a batch its result (or ``exception``), holding the batch lock.
-
-    Futures already settled are left alone.
-    """
-    with condition:
-        for i, future in enumerate(futures):
-            try:
-                if exception is not None:
-                    future.set_exception(exception)
-                else:
-                    future.set_result(results[i])
-            except InvalidStateError:
-                pass
 
 
 def deliver(condition: threading.Condition, waiters: list, topic: str, partition: int,
@@ -93,8 +106,8 @@ def deliver(condition: threading.Condition, waiters: list, topic: str, partition
             metadata = RecordMetadata(topic, partition, offset, timestamps[i])
             if not isinstance(waiter, Future):
                 callbacks.append((waiter, metadata))
-            elif (exception is None and _SHARING_WORKS and waiter._state == "PENDING"
-                  and not (waiter._waiters or waiter._done_callbacks)):
+            elif (exception is None and waiter.__class__ is RecordFuture and waiter._state == "PENDING"
+                  and not waiter.has_listeners()):
                 waiter._result, waiter._state = metadata, "FINISHED"  # what set_result does
             else:
                 try:

@@ -1,10 +1,13 @@
-"""Record futures sharing one Condition per batch behave as plain Futures to their users."""
+"""Record futures sharing one Condition per batch behave as plain Futures to their users;
+``deliver`` settles a batch's futures and calls its callbacks."""
 
 import threading
+import time
 from concurrent.futures import as_completed, wait
 
 from pylog.client import futures as record_futures
-from pylog.client.futures import RecordFuture, new_record_future, settle_all
+from pylog.client.futures import RecordFuture, deliver, new_record_future
+from pylog.client.results import RecordMetadata
 
 
 def test_sharing_is_active_on_this_python():
@@ -26,10 +29,10 @@ def test_waiters_on_sibling_futures_each_get_their_own_result():
     threads = [threading.Thread(target=wait_for, args=(i,)) for i in range(50)]
     for thread in threads:
         thread.start()
-    settle_all(condition, batch, [f"r{i}" for i in range(50)])
+    deliver(condition, batch, "t", 3, 100, list(range(50)))
     for thread in threads:
         thread.join(30)
-    assert errors == [] and got == {i: f"r{i}" for i in range(50)}
+    assert errors == [] and got == {i: RecordMetadata("t", 3, 100 + i, i) for i in range(50)}
 
 
 def test_callbacks_wait_as_completed_and_exceptions():
@@ -39,10 +42,30 @@ def test_callbacks_wait_as_completed_and_exceptions():
     batch[1].add_done_callback(lambda f: called.append(f.exception()))
     assert batch[0].cancel() is False and not batch[0].cancelled()
     error = ValueError("broker said no")
-    settle_all(condition, batch, exception=error)
-    assert called == [error]
+    waited = threading.Thread(target=wait, args=(batch,), kwargs={"timeout": 30})
+    waited.start()
+    deadline = time.monotonic() + 30
+    while not all(f.has_listeners() for f in batch) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert all(f.has_listeners() for f in batch)  # wait() is waiting on the pending futures
+    deliver(condition, batch, "t", 0, -1, [7, 8, 9], error)
+    waited.join(30)
+    assert called == [error] and not waited.is_alive()
     assert set(as_completed(batch, timeout=5)) == set(batch)
     assert wait(batch, timeout=5).not_done == set()
     assert all(f.exception() is error for f in batch)
-    settle_all(condition, batch, ["late"] * 3)  # already settled: left alone
+    deliver(condition, batch, "t", 0, 5, [7, 8, 9])  # already settled: left alone
     assert batch[2].exception() is error
+
+
+def test_deliver_settles_futures_and_calls_callbacks_in_record_order():
+    condition = threading.Condition()
+    calls = []
+    future = new_record_future(condition)
+    assert not future.has_listeners()
+    waiters = [lambda e, m: calls.append((e, m)), None, future, lambda e, m: calls.append((e, m))]
+    unwatched = deliver(condition, waiters, "t", 1, 40, [10, 11, 12, 13, 14])
+    assert unwatched == 2  # record 1 and record 4 (past the list's end) had nobody waiting
+    assert calls == [(None, RecordMetadata("t", 1, 40, 10)), (None, RecordMetadata("t", 1, 43, 13))]
+    assert future.result(timeout=0) == RecordMetadata("t", 1, 42, 12)
+    assert not future.has_listeners()  # the fast path made no lists
