@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from pylog.errors import NetworkExceptionError, PylogError
+from pylog.errors import ConfigError, NetworkExceptionError, PylogError
 from pylog.etl.config import LoaderConfig, TopicConfig
 from pylog.etl.model import BACKFILL, AuditEntry
 from pylog.etl.source import resolve_source
@@ -130,6 +130,8 @@ def _table_statuses(config: LoaderConfig, selected: list[TopicConfig], state: St
         servers, settings = resolve_source(config.source).client_arguments(config.source)
         # A status is a snapshot: two quick retries, not the loader's patience.
         consumer = consumer_factory(servers, **{"retries": STATUS_RETRIES, **settings})
+    except ConfigError:
+        raise  # a mistake in the source settings (a secret not set) is not an outage
     except (PylogError, OSError) as exc:
         return tuple(offline_status(t.table, t.topic, state, str(exc)) for t in selected)
     statuses, unreachable = [], None
