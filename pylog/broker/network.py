@@ -392,6 +392,7 @@ class Processor(threading.Thread):
         """Handle every complete frame in the buffer, until a Fetch parks; then write."""
         inbound = conn.inbound
         position = 0
+        handed_over = False
         try:
             while conn.parked is None and not conn.closing and len(inbound) - position >= 4:
                 size = _SIZE.unpack_from(inbound, position)[0]
@@ -401,8 +402,15 @@ class Processor(threading.Thread):
                                           f"{_tls_hint(inbound, position, conn)}")
                 if len(inbound) - position - 4 < size:
                     break
-                payload = inbound[position + 4:position + 4 + size]  # one copy
-                position += 4 + size
+                if position == 0 and len(inbound) == 4 + size:
+                    # The buffer holds exactly this frame (the usual case for a large
+                    # one): the request gets the buffer itself, the connection a new one.
+                    payload = memoryview(inbound)[4:]
+                    conn.inbound = inbound = bytearray()
+                    handed_over = True
+                else:
+                    payload = inbound[position + 4:position + 4 + size]  # one copy
+                    position += 4 + size
                 metrics = self.dispatcher.metrics
                 if metrics is None:
                     outcome = self.dispatcher.dispatch(payload, conn.session)
@@ -417,6 +425,7 @@ class Processor(threading.Thread):
             # One shift of the buffer per batch of frames, not one per frame.
             if position:
                 del inbound[:position]
+            if position or handed_over:
                 conn.recharge(self.max_request_bytes)
         self._write(conn)
 
