@@ -21,6 +21,7 @@ from pylog.client.futures import new_record_future
 from pylog.errors import RequestTimedOutError
 from pylog.records import BATCH_HEADER_SIZE, BatchBuilder
 from pylog.records.record import Header
+from pylog.records.records_buffer import RecordsBuffer
 from pylog.types import TopicPartition
 
 
@@ -47,8 +48,13 @@ class ProducerBatch:
     retry_at: float = 0.0
     closed: bool = False
     done: bool = False  # delivered or failed
+    has_futures: bool = False  # some waiter is a future (not only callbacks)
     sequence: int | None = None  # an idempotent producer's base sequence, once assigned
     _encoded: bytes | None = None
+    records: RecordsBuffer = field(init=False, repr=False)  # the builder's, appended to per record
+
+    def __post_init__(self) -> None:
+        self.records = self.builder.records
 
     def stamp(self, producer_id: int, epoch: int, sequence: int | None) -> None:
         """Set the idempotent producer's fields (the batch is encoded again)."""
@@ -65,7 +71,7 @@ class ProducerBatch:
 
     @property
     def record_count(self) -> int:
-        return len(self.builder.records)
+        return len(self.records)
 
     @property
     def size(self) -> int:
@@ -142,19 +148,22 @@ class RecordAccumulator:
             batch = queue.open
             if batch is None:
                 batch = self._new_batch(queue)
-            size = batch.builder.records.append(key, value, timestamp, headers, self._records_limit)
+            records = batch.records
+            size = records.append(key, value, timestamp, headers, self._records_limit)
             if size < 0:  # the batch is full: this record starts the next one
                 self._close(batch)
                 batch = self._new_batch(queue)
-                size = batch.builder.records.append(key, value, timestamp, headers, self._records_limit)
+                records = batch.records
+                size = records.append(key, value, timestamp, headers, self._records_limit)
             if waiter is not None:
                 waiters = batch.waiters
-                index = len(batch.builder.records) - 1
+                index = len(records) - 1
                 if len(waiters) < index:
                     waiters.extend([None] * (index - len(waiters)))
                 if waiter is NEW_FUTURE:
                     waiter = new_record_future(batch.condition)
                     waiters.append(waiter)
+                    batch.has_futures = True
                 else:
                     waiters.append(waiter)
                     waiter = None

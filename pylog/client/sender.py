@@ -40,7 +40,7 @@ import threading
 from typing import Callable
 
 from pylog.client.accumulator import ProducerBatch, RecordAccumulator
-from pylog.client.futures import deliver
+from pylog.client.futures import deliver, unwatched
 from pylog.client.network import NetworkClient, backoff_delay
 from pylog.client.txn_manager import RetryLater, TransactionManager
 from pylog.errors import (
@@ -332,8 +332,9 @@ class Sender(threading.Thread):
             if log_append_time is not None and log_append_time >= 0:
                 timestamps = [log_append_time] * batch.record_count
             else:
-                timestamps = batch.builder.records.timestamps()
-            deliver(batch.condition, batch.waiters, batch.tp.topic, batch.tp.partition, base_offset, timestamps)
+                timestamps = batch.records.timestamps()
+            deliver(batch.condition, batch.waiters, batch.tp.topic, batch.tp.partition, base_offset, timestamps,
+                    has_futures=batch.has_futures)
         self.acc.complete(batch)
 
     def _fail(self, batch: ProducerBatch, exc: BaseException) -> None:
@@ -344,9 +345,10 @@ class Sender(threading.Thread):
         if self.txn is not None:
             exc = self.txn.record_failed(exc)
         batch.done = True
-        unwatched = deliver(batch.condition, batch.waiters, batch.tp.topic, batch.tp.partition, -1,
-                            batch.builder.records.timestamps(), exc)
-        if unwatched and self.txn is None:  # a transaction reports it when it ends
+        deliver(batch.condition, batch.waiters, batch.tp.topic, batch.tp.partition, -1,
+                batch.records.timestamps(), exc, batch.has_futures)
+        lost = unwatched(batch.waiters, batch.record_count)
+        if lost and self.txn is None:  # a transaction reports it when it ends
             log.warning("%d records to %s failed with no future or on_delivery callback "
-                        "waiting for them: %s", unwatched, batch.tp, exc)
+                        "waiting for them: %s", lost, batch.tp, exc)
         self.acc.complete(batch)

@@ -6,7 +6,7 @@ import time
 from concurrent.futures import as_completed, wait
 
 from pylog.client import futures as record_futures
-from pylog.client.futures import RecordFuture, deliver, new_record_future
+from pylog.client.futures import RecordFuture, deliver, new_record_future, unwatched
 from pylog.client.results import RecordMetadata
 
 
@@ -64,8 +64,16 @@ def test_deliver_settles_futures_and_calls_callbacks_in_record_order():
     future = new_record_future(condition)
     assert not future.has_listeners()
     waiters = [lambda e, m: calls.append((e, m)), None, future, lambda e, m: calls.append((e, m))]
-    unwatched = deliver(condition, waiters, "t", 1, 40, [10, 11, 12, 13, 14])
-    assert unwatched == 2  # record 1 and record 4 (past the list's end) had nobody waiting
+    deliver(condition, waiters, "t", 1, 40, [10, 11, 12, 13, 14])
+    assert unwatched(waiters, 5) == 2  # record 1 and record 4 (past the list's end) had nobody waiting
     assert calls == [(None, RecordMetadata("t", 1, 40, 10)), (None, RecordMetadata("t", 1, 43, 13))]
     assert future.result(timeout=0) == RecordMetadata("t", 1, 42, 12)
     assert not future.has_listeners()  # the fast path made no lists
+
+
+def test_deliver_without_futures_calls_each_callback_with_its_error():
+    calls = []
+    waiters = [None, lambda e, m: calls.append((e, m))]
+    error = ValueError("refused")
+    deliver(threading.Condition(), waiters, "t", 0, -1, [5, 6], error, has_futures=False)
+    assert calls == [(error, RecordMetadata("t", 0, -1, 6))]
