@@ -36,12 +36,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from broker_bench import (  # noqa: E402
-    VALUE, MockCluster, _read_frame, create_topic, produce_rate)
+from broker_bench import VALUE, MockCluster, _read_frame, create_topic, produce_rate
 
-from pylog.protocol import ApiKey, decode_response, encode_request  # noqa: E402
-from pylog.records import build_batch  # noqa: E402
-from pylog.testing.broker import BrokerProcess  # noqa: E402
+from pylog.protocol import ApiKey, decode_response, encode_request
+from pylog.records import build_batch
+from pylog.testing.broker import BrokerProcess
 
 PARTITION_COUNTS = (1, 10, 100, 1000)
 CONNECTION_COUNTS = (1, 10, 100)
@@ -214,19 +213,18 @@ def main() -> int:
     parser.add_argument("--only", choices=["partitions", "connections", "latency"])
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)
-    with tempfile.TemporaryDirectory(prefix="pylog-scale-bench-") as tmp:
-        with BrokerProcess(Path(tmp), {"log.segment.bytes": 64 << 20,
-                                       "num.partitions": 1}) as broker:
-            mock = MockCluster()
-            try:
-                if args.only in (None, "partitions"):
-                    bench_partitions(broker, mock, args.messages)
-                if args.only in (None, "connections"):
-                    bench_connections(broker, mock, args.messages)
-                if args.only in (None, "latency"):
-                    bench_latency(broker, args.idle)
-            finally:
-                mock.close()
+    with tempfile.TemporaryDirectory(prefix="pylog-scale-bench-") as tmp, \
+            BrokerProcess(Path(tmp), {"log.segment.bytes": 64 << 20}) as broker:
+        mock = MockCluster()
+        try:
+            if args.only in (None, "partitions"):
+                bench_partitions(broker, mock, args.messages)
+            if args.only in (None, "connections"):
+                bench_connections(broker, mock, args.messages)
+            if args.only in (None, "latency"):
+                bench_latency(broker, args.idle)
+        finally:
+            mock.close()
     return 0
 
 
