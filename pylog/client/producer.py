@@ -164,7 +164,7 @@ class Producer:
         record (UnknownTopicOrPartitionError, timeouts, broker errors) are set on the future.
         Raises TypeError for values that are not bytes/str/None, PylogError once closed;
         a transactional producer raises TransactionStateError outside a transaction.
-        For many small records, :meth:`produce` (no future) is several times cheaper.
+        For many small records, :meth:`produce` (no future) is cheaper.
         """
         refusal = self._refusal
         if refusal is not None:
