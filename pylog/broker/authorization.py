@@ -114,6 +114,7 @@ class RequestAuthorization:
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self._offset_for_leader_epoch,
             ApiKey.CREATE_TOPICS: self._create_topics, ApiKey.DELETE_TOPICS: self._delete_topics,
             ApiKey.CREATE_PARTITIONS: self._create_partitions,
+            ApiKey.DELETE_RECORDS: self._delete_records,
             ApiKey.DESCRIBE_CONFIGS: self._describe_configs,
             ApiKey.ALTER_CONFIGS: self._alter_configs,
             ApiKey.INCREMENTAL_ALTER_CONFIGS: self._alter_configs,
@@ -280,6 +281,14 @@ class RequestAuthorization:
         errors = [{"name": t["name"], "error_code": TOPIC_AUTHORIZATION_FAILED,
                    "error_message": DENIED} for t in refused]
         return pruned(body, "topics", kept, "results", errors)
+
+    def _delete_records(self, body: dict, version: int, access: Access) -> Verdict:
+        kept, refused = split_topics(body["topics"], lambda t: access.topic(Op.DELETE, t))
+        errors = [{"name": t["name"], "partitions": [
+            {"partition_index": p["partition_index"], "low_watermark": -1,
+             "error_code": TOPIC_AUTHORIZATION_FAILED} for p in t["partitions"]]}
+            for t in refused]
+        return pruned(body, "topics", kept, "topics", errors)
 
     # -- configs ----------------------------------------------------------------------------
 

@@ -76,7 +76,8 @@ class FetchWork:
                 try:
                     self.logs.replicas.follower_fetch(tp, self.replica_id,
                                                       p.get("current_leader_epoch", -1),
-                                                      p["fetch_offset"])
+                                                      p["fetch_offset"],
+                                                      p.get("log_start_offset", -1))
                 except KafkaError as error:
                     self.refused[tp] = error
 

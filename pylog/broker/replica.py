@@ -35,6 +35,7 @@ class FollowerState:
     last_caught_up: float = 0.0
     last_fetch: float = 0.0
     last_fetch_leader_end: int = -1
+    log_start_offset: int = -1  # as its last fetch reported it
 
 
 class PartitionReplica:
@@ -138,6 +139,27 @@ class PartitionReplica:
             state.last_fetch, state.last_fetch_leader_end = now, leader_end
             self.maybe_advance_high_watermark()
             return replica_id not in self.isr and self._can_join(state)
+
+    def record_follower_start(self, replica_id: int, log_start_offset: int) -> bool:
+        """A follower's fetch reported its log start offset; True if it moved."""
+        with self.lock:
+            state = self.followers.get(replica_id)
+            if state is None:
+                return False
+            moved = log_start_offset > state.log_start_offset
+            state.log_start_offset = log_start_offset
+            return moved
+
+    def low_watermark(self) -> int:
+        """The smallest log start offset among the in-sync replicas (as leader): what
+        DeleteRecords answers once every one of them has the new start."""
+        with self.lock:
+            starts = [self.log.log_start_offset]
+            for replica in self.isr:
+                if replica != self.local_id:
+                    state = self.followers.get(replica)
+                    starts.append(-1 if state is None else state.log_start_offset)
+            return min(starts)
 
     def excuse_stall(self, seconds: float, now: float) -> None:
         """Move every follower's last catch-up ``seconds`` later (never past ``now``)."""

@@ -258,6 +258,10 @@ class ReplicaFetcher(threading.Thread):
         if records is not None and len(records):
             partition_log.append_as_follower(records)
         partition_log.set_high_watermark(min(p["high_watermark"], partition_log.log_end_offset))
+        # The leader's log start (DeleteRecords, retention), as far as this log has records.
+        leader_start = min(p.get("log_start_offset", -1), partition_log.high_watermark)
+        if leader_start > partition_log.log_start_offset:
+            partition_log.increment_log_start_offset(leader_start)
         if target.on_fetched is not None:
             target.on_fetched()
 

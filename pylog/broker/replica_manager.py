@@ -378,7 +378,7 @@ class ReplicaManager:
         return info, replica, epoch
 
     def follower_fetch(self, tp: TopicPartition, replica_id: int, current_leader_epoch: int,
-                       fetch_offset: int):
+                       fetch_offset: int, log_start_offset: int = -1):
         """Record a follower's fetch position and return the log to read from.
 
         Raises NotLeaderOrFollowerError if this broker does not lead the partition or
@@ -393,6 +393,8 @@ class ReplicaManager:
                 replica_id, fetch_offset, self._clock()):
             self._isr_due = True
             self._signal.set()
+        if replica.record_follower_start(replica_id, log_start_offset):
+            self._wake(tp)  # a DeleteRecords may be waiting for this follower's start
         return replica.log
 
     def end_offset_for_epoch(self, tp: TopicPartition, current_leader_epoch: int,

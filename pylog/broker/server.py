@@ -29,7 +29,7 @@ from pylog.broker.meta import ensure_meta
 from pylog.broker.network import Acceptor, ListenerSpec, Processor
 from pylog.broker.partitions import AppendWaiters, PartitionLogs
 from pylog.broker.replica_manager import ReplicaManager
-from pylog.broker import txn_markers
+from pylog.broker import delete_records, txn_markers
 from pylog.broker.txn_markers import TxnMarkerService
 from pylog.client.security import SecurityConfig
 from pylog.cluster.metadata import ClusterMetadata
@@ -226,6 +226,8 @@ class Broker:
         budget = self._budget = RequestBudget(config["queued.max.request.bytes"])
         self.txn_markers = TxnMarkerService(logs, self.clock)
         dispatcher.serve(txn_markers.API_KEY, txn_markers.VERSIONS, self.txn_markers.handle)
+        dispatcher.serve(delete_records.API_KEY, delete_records.VERSIONS,
+                         delete_records.DeleteRecordsHandler(logs, self.clock).handle)
         self.txn_markers.add_marker_listener(self.coordinator.on_transaction_completed)
         self.transactions.markers.local = self.txn_markers.write
         self._processors = [

@@ -36,6 +36,7 @@ SUBCOMMANDS = (
     "groups",
     "reassign",
     "leader_election",
+    "delete_records",
     "replica_verification",
     "users",
     "acls",

@@ -12,9 +12,10 @@ from pylog.client.metadata import TopicMetadata
 from pylog.client.network import NetworkClient, check_error
 from pylog.client.results import (
     ConfigEntry, ConfigSynonym, PartitionDescription, TopicDescription)
-from pylog.errors import ConfigError
+from pylog.errors import ConfigError, KafkaError
 from pylog.protocol import ApiKey
 from pylog.protocol.configs import AlterConfigOp, ConfigResourceType, ConfigSource, ConfigType
+from pylog.types import TopicPartition
 
 # Resource types by the names kafka-configs.sh uses (--entity-type), singular or plural.
 RESOURCE_TYPES = {"topic": ConfigResourceType.TOPIC, "topics": ConfigResourceType.TOPIC,
@@ -117,6 +118,46 @@ class Admin(AclAdmin):
             return [t for _, t in sorted(snapshot.topics.items()) if not t.error_code]
         # Fresh metadata: topic() only asks again for a topic that is missing or in error.
         return [self._network.topic(name) for name in sorted(set(names))]
+
+    def delete_records(self, offsets: Mapping[TopicPartition, int]
+                       ) -> dict[TopicPartition, int | KafkaError]:
+        """Delete every record below ``offsets[tp]`` (-1: the high watermark) in each
+        partition, as ``kafka-delete-records.sh`` does: the partitions' leaders move their
+        log start offsets and wait for the in-sync replicas to do the same.
+
+        >>> admin.delete_records({TopicPartition("events", 0): 1000})
+        {TopicPartition(topic='events', partition=0): 1000}
+
+        Returns per partition its new low watermark (the earliest offset left), or the
+        error the leader answered (OffsetOutOfRangeError above the high watermark,
+        UnknownTopicOrPartitionError, RequestTimedOutError...).
+        """
+        results: dict[TopicPartition, int | KafkaError] = {}
+        by_leader: dict[int, dict[str, list[dict]]] = {}
+        for tp, offset in offsets.items():
+            try:
+                leader = self._network.leader_id(tp)
+            except KafkaError as error:
+                results[tp] = error
+                continue
+            by_leader.setdefault(leader, {}).setdefault(tp.topic, []).append(
+                {"partition_index": tp.partition, "offset": offset})
+        for leader, topics in by_leader.items():
+            response = self._network.request_to(leader, ApiKey.DELETE_RECORDS, {
+                "timeout_ms": self._timeout_ms, "topics": [
+                    {"name": name, "partitions": parts} for name, parts in topics.items()]})
+            for topic in response["topics"]:
+                for p in topic["partitions"]:
+                    tp = TopicPartition(topic["name"], p["partition_index"])
+                    code = p["error_code"]
+                    if code:
+                        cls = KafkaError.for_code(code)
+                        results[tp] = cls(f"delete records of {tp}: {cls.name}")
+                    else:
+                        results[tp] = p["low_watermark"]
+        if any(isinstance(r, KafkaError) for r in results.values()):
+            self._network.mark_stale()
+        return results
 
     # -- configs ----------------------------------------------------------------------------
 

@@ -591,6 +591,25 @@ class Log:
 
     # -- retention and truncation ---------------------------------------------------------
 
+    def increment_log_start_offset(self, offset: int) -> bool:
+        """Move the log start offset up to ``offset`` (DeleteRecords on a leader, or a
+        follower taking its leader's), never down: reads below it are refused, and the
+        segments wholly below it are deleted now. Producer state goes only with those
+        segments. Raises OffsetOutOfRangeError above the high watermark. True if it moved."""
+        with self._lock:
+            self._check_open()
+            if offset > self.high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records of {self.directory.name} up to {offset}: the "
+                    f"high watermark is {self.high_watermark}")
+            if offset <= self._log_start_offset:
+                return False
+            self._log_start_offset = offset
+            self._epochs.truncate_from_start(offset)
+            self.delete_old_segments()
+        log.info("%s: log start offset moved to %d", self.directory, offset)
+        return True
+
     def delete_old_segments(self, now: float | None = None) -> int:
         """Delete whole segments, oldest first and never the active one: those older than
         ``retention_ms``, then while the log exceeds ``retention_bytes``; never one above a

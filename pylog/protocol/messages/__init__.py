@@ -14,6 +14,7 @@ from pylog.protocol.messages.groups import (
     LIST_GROUPS, OFFSET_COMMIT, OFFSET_DELETE, OFFSET_FETCH, SYNC_GROUP)
 from pylog.protocol.messages.metadata import API_VERSIONS, METADATA
 from pylog.protocol.messages.produce import INIT_PRODUCER_ID, PRODUCE
+from pylog.protocol.messages.records_admin import DELETE_RECORDS
 from pylog.protocol.messages.replication import CREATE_PARTITIONS, OFFSET_FOR_LEADER_EPOCH
 from pylog.protocol.messages.transactions import (
     ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, DESCRIBE_TRANSACTIONS, END_TXN, LIST_TRANSACTIONS,
@@ -41,6 +42,7 @@ class ApiKey(enum.IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
     ADD_PARTITIONS_TO_TXN = 24
@@ -72,6 +74,6 @@ MESSAGES: dict[int, Message] = {m.key: m for m in (
     DELETE_GROUPS, OFFSET_DELETE, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_ACLS,
     CREATE_ACLS, DELETE_ACLS, DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS,
     ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, WRITE_TXN_MARKERS, TXN_OFFSET_COMMIT,
-    DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS)}
+    DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS, DELETE_RECORDS)}
 
 assert set(MESSAGES) == set(ApiKey), "ApiKey and MESSAGES must list the same APIs"

@@ -1,0 +1,191 @@
+"""DeleteRecords (api key 21) through confluent-kafka's AdminClient.delete_records and the
+``pylog delete-records`` CLI: on a standalone broker subprocess (low watermark, consumers
+from the beginning, ListOffsets earliest, offset -1, out of range, a restart) and on a
+two-broker ZooKeeper cluster, whose follower takes the leader's new log start offset.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from confluent_kafka import (
+    OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition)
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from pylog.client.connection import BrokerConnection
+from pylog.errors import UnknownTopicOrPartitionError
+from pylog.protocol import ApiKey
+from pylog.testing.broker import BrokerProcess
+from pylog.testing.zookeeper import zk_chroot_fixture, zookeeper_fixture
+from tests.cluster.conftest import wait_until
+
+zookeeper = zookeeper_fixture()
+zk_connect = zk_chroot_fixture()
+
+SMALL_SEGMENTS = {"segment.bytes": "1024"}
+UNKNOWN_TOPIC_OR_PARTITION = UnknownTopicOrPartitionError.errno
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    process = BrokerProcess(tmp_path_factory.mktemp("delete-records"),
+                            {"num.partitions": 1, "auto.create.topics.enable": "false"})
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def create(bootstrap: str, topic: str, replication: int = 1, configs=None) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    future = admin.create_topics([NewTopic(topic, 1, replication,
+                                           config=configs or SMALL_SEGMENTS)])[topic]
+    future.result(timeout=30)
+
+
+def produce(bootstrap: str, topic: str, count: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all",
+                         "batch.num.messages": 5})
+    for i in range(count):
+        producer.produce(topic, value=f"record-{i:04d}".encode() * 10)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+
+
+def delete_records(bootstrap: str, topic: str, offset: int, timeout: float = 30):
+    """The partition's low watermark (raises KafkaException for a refused partition)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.delete_records([TopicPartition(topic, 0, offset)],
+                                   request_timeout=timeout, operation_timeout=timeout)
+    return futures[TopicPartition(topic, 0, offset)].result(timeout=timeout + 10).low_watermark
+
+
+def earliest_and_latest(bootstrap: str, topic: str) -> tuple[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks"})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=15)
+    finally:
+        consumer.close()
+
+
+def first_consumed_offset(bootstrap: str, topic: str) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"from-start-{topic}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        for _ in range(100):
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                return message.offset()
+        pytest.fail("nothing consumed")
+    finally:
+        consumer.close()
+
+
+def segment_bases(log_dir, topic: str) -> list[int]:
+    return sorted(int(p.stem) for p in (log_dir / f"{topic}-0").glob("*.log"))
+
+
+def test_delete_records_standalone(broker):
+    topic = "deletable"
+    create(broker.bootstrap, topic)
+    produce(broker.bootstrap, topic, 100)
+    assert len(segment_bases(broker.log_dir, topic)) > 3
+
+    answer = delete_records(broker.bootstrap, topic, 42)
+    assert answer == 42
+    assert earliest_and_latest(broker.bootstrap, topic) == (42, 100)
+    assert first_consumed_offset(broker.bootstrap, topic) == 42
+    assert segment_bases(broker.log_dir, topic)[0] <= 42 < segment_bases(broker.log_dir,
+                                                                          topic)[1]
+
+    # Never down: an offset below the log start leaves it where it is.
+    assert delete_records(broker.bootstrap, topic, 10) == 42
+    # Above the high watermark: OFFSET_OUT_OF_RANGE, nothing moves.
+    with pytest.raises(KafkaException) as refused:
+        delete_records(broker.bootstrap, topic, 101)
+    assert refused.value.args[0].name() == "OFFSET_OUT_OF_RANGE"
+    assert earliest_and_latest(broker.bootstrap, topic) == (42, 100)
+
+    # -1: up to the high watermark; the log keeps only its active segment.
+    assert delete_records(broker.bootstrap, topic, -1) == 100
+    assert earliest_and_latest(broker.bootstrap, topic) == (100, 100)
+    produce(broker.bootstrap, topic, 3)
+    assert first_consumed_offset(broker.bootstrap, topic) == 100
+
+    broker.restart()
+    assert earliest_and_latest(broker.bootstrap, topic) == (100, 103)
+    assert first_consumed_offset(broker.bootstrap, topic) == 100
+
+
+def test_unknown_partition_and_compacted_topic(broker):
+    # librdkafka refuses an unknown topic itself: ask the broker directly.
+    connection = BrokerConnection(broker.host, broker.port)
+    try:
+        connection.connect()
+        answer = connection.request(ApiKey.DELETE_RECORDS, {"timeout_ms": 1000, "topics": [
+            {"name": "no-such-topic", "partitions": [{"partition_index": 0, "offset": 1}]}]})
+    finally:
+        connection.close()
+    assert answer["topics"][0]["partitions"][0]["error_code"] == UNKNOWN_TOPIC_OR_PARTITION
+    create(broker.bootstrap, "compacted", configs={"cleanup.policy": "compact"})
+    with pytest.raises(KafkaException) as compacted:
+        delete_records(broker.bootstrap, "compacted", 0)
+    assert compacted.value.args[0].name() == "POLICY_VIOLATION"
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pylog.cli.main", "delete-records", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_cli(broker, tmp_path):
+    topic = "cli-deletable"
+    create(broker.bootstrap, topic)
+    produce(broker.bootstrap, topic, 20)
+    offsets = tmp_path / "offsets.json"
+    offsets.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "offset": 7}]}))
+    done = run_cli("--bootstrap-server", broker.bootstrap, "--offset-json-file", str(offsets))
+    assert done.returncode == 0, done.stderr
+    assert f"partition: {topic}-0\tlow_watermark: 7" in done.stdout
+    assert earliest_and_latest(broker.bootstrap, topic) == (7, 20)
+
+    offsets.write_text('{"partitions": [{"topic": "x", "partition": 0}]}')
+    bad = run_cli("--bootstrap-server", broker.bootstrap, "--offset-json-file", str(offsets))
+    assert bad.returncode != 0
+    assert len(bad.stderr.strip().splitlines()) == 1 and "offset" in bad.stderr
+    assert earliest_and_latest(broker.bootstrap, topic) == (7, 20)
+
+
+def test_follower_takes_new_log_start(tmp_path, zk_connect):
+    brokers = {broker_id: BrokerProcess(tmp_path / f"broker-{broker_id}", {
+        "broker.id": broker_id, "zookeeper.connect": zk_connect,
+        "zookeeper.session.timeout.ms": 3000, "replica.fetch.wait.max.ms": 200,
+        "controlled.shutdown.timeout.ms": 15000}) for broker_id in (1, 2)}
+    try:
+        for broker in brokers.values():
+            broker.launch()
+        for broker in brokers.values():
+            broker.wait_listening()
+        bootstrap = ",".join(b.bootstrap for b in brokers.values())
+        create(bootstrap, "replicated", replication=2)
+        produce(bootstrap, "replicated", 60)
+        answer = delete_records(bootstrap, "replicated", 30)
+        assert answer == 30
+        # Both replicas start at 30: each deleted the segments wholly below it.
+        for broker in brokers.values():
+            wait_until(lambda: segment_bases(broker.log_dir, "replicated")[0] > 0,
+                       message="old segments deleted on every replica")
+            assert segment_bases(broker.log_dir, "replicated")[0] <= 30
+        # Broker 2 answers 30 as earliest, leading (broker 1 stopped) if it was not already.
+        brokers[1].stop()
+        wait_until(lambda: earliest_and_latest(brokers[2].bootstrap, "replicated") == (30, 60),
+                   timeout=30, message="broker 2 answering ListOffsets earliest 30")
+    finally:
+        for broker in brokers.values():
+            broker.stop()
