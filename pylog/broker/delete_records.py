@@ -89,6 +89,9 @@ class DeleteRecordsHandler:
                     result["error_code"] = error.errno
                 partitions_out.append(result)
             topics_out.append({"name": topic["name"], "partitions": partitions_out})
+        if any(p["error_code"] == 0 for t in topics_out for p in t["partitions"]):
+            # The new log starts survive a crash, not only a clean shutdown.
+            self.logs.manager.write_checkpoints()
         response = {"throttle_time_ms": 0, "topics": topics_out}
         work = DeleteRecordsWork(response, pending,
                                  self.clock() + max(0, body["timeout_ms"]) / 1000)

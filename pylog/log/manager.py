@@ -300,6 +300,10 @@ class LogManager:
             OffsetCheckpointFile(log_dir / layout.REPLICATION_OFFSET_CHECKPOINT).write(
                 {tp: hw for tp, hw in watermarks.items() if hw is not None})
 
+    def write_checkpoints(self) -> None:
+        """Write every dir's checkpoint files now (DeleteRecords moved log start offsets)."""
+        self._write_all_checkpoints()
+
     def _write_all_checkpoints(self) -> None:
         for log_dir in self.log_dirs:
             if log_dir in self._lock_files:

@@ -1,6 +1,6 @@
 """DeleteRecords (api key 21) through confluent-kafka's AdminClient.delete_records and the
 ``pylog delete-records`` CLI: on a standalone broker subprocess (low watermark, consumers
-from the beginning, ListOffsets earliest, offset -1, out of range, a restart) and on a
+from the beginning, ListOffsets earliest, offset -1, out of range, a restart, ACLs) and on a
 two-broker ZooKeeper cluster, whose follower takes the leader's new log start offset.
 """
 
@@ -18,6 +18,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pylog.client.connection import BrokerConnection
 from pylog.errors import UnknownTopicOrPartitionError
 from pylog.protocol import ApiKey
+from pylog.security.acl_store import FileAclStore
+from pylog.security.acls import (
+    AccessControlEntry, AclBinding, AclOperation, AclPermission, ResourcePattern, ResourceType)
 from pylog.testing.broker import BrokerProcess
 from pylog.testing.zookeeper import zk_chroot_fixture, zookeeper_fixture
 from tests.cluster.conftest import wait_until
@@ -117,7 +120,8 @@ def test_delete_records_standalone(broker):
     produce(broker.bootstrap, topic, 3)
     assert first_consumed_offset(broker.bootstrap, topic) == 100
 
-    broker.restart()
+    broker.kill()  # no clean shutdown: the checkpoint written at the deletion counts
+    broker.start()
     assert earliest_and_latest(broker.bootstrap, topic) == (100, 103)
     assert first_consumed_offset(broker.bootstrap, topic) == 100
 
@@ -136,6 +140,36 @@ def test_unknown_partition_and_compacted_topic(broker):
     with pytest.raises(KafkaException) as compacted:
         delete_records(broker.bootstrap, "compacted", 0)
     assert compacted.value.args[0].name() == "POLICY_VIOLATION"
+
+
+def test_acls_refuse_topics_without_delete(tmp_path):
+    process = BrokerProcess(tmp_path / "authz", {
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "allow.everyone.if.no.acl.found": "false", "auto.create.topics.enable": "false"})
+    process.log_dir.mkdir(parents=True)
+    anyone = AccessControlEntry
+    FileAclStore(process.log_dir).create(
+        [AclBinding(ResourcePattern(ResourceType.CLUSTER, "kafka-cluster"),
+                    anyone("User:ANONYMOUS", "*", AclOperation.CREATE, AclPermission.ALLOW))]
+        + [AclBinding(ResourcePattern(ResourceType.TOPIC, topic),
+                      anyone("User:ANONYMOUS", "*", operation, AclPermission.ALLOW))
+           for topic in ("allowed", "refused")
+           for operation in (AclOperation.WRITE, AclOperation.DESCRIBE)]
+        + [AclBinding(ResourcePattern(ResourceType.TOPIC, "allowed"),
+                      anyone("User:ANONYMOUS", "*", AclOperation.DELETE, AclPermission.ALLOW))])
+    with process.start():
+        for topic in ("allowed", "refused"):
+            create(process.bootstrap, topic)
+            produce(process.bootstrap, topic, 10)
+        admin = AdminClient({"bootstrap.servers": process.bootstrap})
+        futures = admin.delete_records([TopicPartition("allowed", 0, 4),
+                                        TopicPartition("refused", 0, 4)], request_timeout=30)
+        answers = {tp.topic: future for tp, future in futures.items()}
+        assert answers["allowed"].result(timeout=40).low_watermark == 4
+        with pytest.raises(KafkaException) as refused:
+            answers["refused"].result(timeout=40)
+        assert refused.value.args[0].name() == "TOPIC_AUTHORIZATION_FAILED"
+        assert earliest_and_latest(process.bootstrap, "refused") == (0, 10)
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
