@@ -22,6 +22,7 @@ import argparse
 import ctypes
 import glob
 import os
+import signal
 import socket
 import sys
 import tempfile
@@ -349,6 +350,8 @@ def main() -> int:
     parser.add_argument("--only", choices=["produce", "paper", "fetch", "consume"],
                         help="run one part only")
     args, _ = parser.parse_known_args()
+    # A SIGTERM (timeout, kill) unwinds the with-blocks, so the broker stops too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="pylog-bench-") as tmp:
         with BrokerProcess(Path(tmp), {"log.segment.bytes": 256 << 20,
                                        "log.retention.hours": 100000}) as broker:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import selectors
+import signal
 import socket
 import statistics
 import sys
@@ -212,6 +213,8 @@ def main() -> int:
     parser.add_argument("--idle", type=int, default=1000, help="idle long-polling consumers")
     parser.add_argument("--only", choices=["partitions", "connections", "latency"])
     args = parser.parse_args()
+    # A SIGTERM (timeout, kill) unwinds the with-blocks, so the broker stops too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sys.stdout.reconfigure(line_buffering=True)
     with tempfile.TemporaryDirectory(prefix="pylog-scale-bench-") as tmp, \
             BrokerProcess(Path(tmp), {"log.segment.bytes": 64 << 20}) as broker:
