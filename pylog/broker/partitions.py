@@ -58,6 +58,10 @@ class AppendWaiters:
                     del self._waiters[tp]
 
     def notify(self, tp: TopicPartition) -> None:
+        # Nobody waits on most appends: skip the lock. A waiter registering meanwhile
+        # misses nothing: whoever parks attempts once more after adding itself.
+        if tp not in self._waiters:
+            return
         with self._lock:
             wakes = list(self._waiters.get(tp, ()))
         for wake in wakes:
