@@ -10,7 +10,9 @@ The answer's ``low_watermark`` is the smallest log start offset among the in-syn
 replicas: followers take the leader's log start offset from their fetch responses and
 report theirs in their fetch requests. In a cluster the request waits (parked like an
 acks=all Produce) until every in-sync replica has reached the requested offset, or
-answers REQUEST_TIMED_OUT at ``timeout_ms``. A standalone broker answers at once.
+answers REQUEST_TIMED_OUT at ``timeout_ms`` (the log start has moved on the leader
+anyway); with ``timeout_ms`` 0 it answers at once with the low watermark as it is. A
+standalone broker answers at once.
 """
 
 from __future__ import annotations
@@ -93,10 +95,12 @@ class DeleteRecordsHandler:
             # The new log starts survive a crash, not only a clean shutdown.
             self.logs.manager.write_checkpoints()
         response = {"throttle_time_ms": 0, "topics": topics_out}
-        work = DeleteRecordsWork(response, pending,
-                                 self.clock() + max(0, body["timeout_ms"]) / 1000)
-        # A zero timeout answers now: partitions not confirmed yet time out.
-        return work.attempt(final=body["timeout_ms"] <= 0) or work
+        if body["timeout_ms"] <= 0:  # no waiting: the low watermarks as they are now
+            for waiting in pending.values():
+                waiting.result["low_watermark"] = waiting.replica.low_watermark()
+            return response
+        work = DeleteRecordsWork(response, pending, self.clock() + body["timeout_ms"] / 1000)
+        return work.attempt(final=False) or work
 
     def _delete(self, tp: TopicPartition, offset: int, result: dict,
                 pending: dict[TopicPartition, PendingDeletion]) -> None:

@@ -23,6 +23,7 @@ from pylog.security.acls import (
     AccessControlEntry, AclBinding, AclOperation, AclPermission, ResourcePattern, ResourceType)
 from pylog.testing.broker import BrokerProcess
 from pylog.testing.zookeeper import zk_chroot_fixture, zookeeper_fixture
+from tests.cluster.cluster_helpers import LocalCluster
 from tests.cluster.conftest import wait_until
 
 zookeeper = zookeeper_fixture()
@@ -60,11 +61,12 @@ def produce(bootstrap: str, topic: str, count: int) -> None:
 
 
 def delete_records(bootstrap: str, topic: str, offset: int, timeout: float = 30):
-    """The partition's low watermark (raises KafkaException for a refused partition)."""
+    """The partition's low watermark (raises KafkaException for a refused partition);
+    ``timeout`` is how long the leader waits for its in-sync replicas."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.delete_records([TopicPartition(topic, 0, offset)],
-                                   request_timeout=timeout, operation_timeout=timeout)
-    return futures[TopicPartition(topic, 0, offset)].result(timeout=timeout + 10).low_watermark
+                                   request_timeout=timeout + 20, operation_timeout=timeout)
+    return futures[TopicPartition(topic, 0, offset)].result(timeout=timeout + 30).low_watermark
 
 
 def earliest_and_latest(bootstrap: str, topic: str) -> tuple[int, int]:
@@ -196,30 +198,51 @@ def test_cli(broker, tmp_path):
     assert earliest_and_latest(broker.bootstrap, topic) == (7, 20)
 
 
-def test_follower_takes_new_log_start(tmp_path, zk_connect):
-    brokers = {broker_id: BrokerProcess(tmp_path / f"broker-{broker_id}", {
-        "broker.id": broker_id, "zookeeper.connect": zk_connect,
-        "zookeeper.session.timeout.ms": 3000, "replica.fetch.wait.max.ms": 200,
-        "controlled.shutdown.timeout.ms": 15000}) for broker_id in (1, 2)}
+def replica_log_start(broker: BrokerProcess, topic: str) -> int:
+    """The log start offset of this broker's replica, leader or follower (ListOffsets
+    earliest as Kafka's debugging replica id -2 asks it)."""
+    connection = BrokerConnection(broker.host, broker.port)
     try:
-        for broker in brokers.values():
-            broker.launch()
-        for broker in brokers.values():
-            broker.wait_listening()
+        connection.connect()
+        answer = connection.request(ApiKey.LIST_OFFSETS, {
+            "replica_id": -2, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
+                {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -2,
+                 "max_num_offsets": 1}]}]})
+    finally:
+        connection.close()
+    return answer["topics"][0]["partitions"][0]["offset"]
+
+
+def test_follower_takes_new_log_start(tmp_path, zk_connect):
+    cluster = LocalCluster(tmp_path, zk_connect, broker_ids=(1, 2), session_timeout_ms=10000,
+                           extra={"replica.fetch.wait.max.ms": 200}).start()
+    brokers = cluster.brokers
+    try:
         bootstrap = ",".join(b.bootstrap for b in brokers.values())
         create(bootstrap, "replicated", replication=2)
         produce(bootstrap, "replicated", 60)
-        answer = delete_records(bootstrap, "replicated", 30)
-        assert answer == 30
-        # Both replicas start at 30: each deleted the segments wholly below it.
+        assert delete_records(bootstrap, "replicated", 30) == 30
+        # The answer came once both replicas started at 30; each deleted its segments
+        # wholly below it.
         for broker in brokers.values():
-            wait_until(lambda: segment_bases(broker.log_dir, "replicated")[0] > 0,
-                       message="old segments deleted on every replica")
-            assert segment_bases(broker.log_dir, "replicated")[0] <= 30
-        # Broker 2 answers 30 as earliest, leading (broker 1 stopped) if it was not already.
-        brokers[1].stop()
-        wait_until(lambda: earliest_and_latest(brokers[2].bootstrap, "replicated") == (30, 60),
-                   timeout=30, message="broker 2 answering ListOffsets earliest 30")
+            assert replica_log_start(broker, "replicated") == 30
+            assert 0 < segment_bases(broker.log_dir, "replicated")[0] <= 30
+
+        # A paused follower (still in the ISR) never confirms: REQUEST_TIMED_OUT, though
+        # the leader has moved its log start; the follower takes it once it runs again.
+        leader_id = AdminClient({"bootstrap.servers": bootstrap}).list_topics(
+            "replicated", timeout=15).topics["replicated"].partitions[0].leader
+        follower = brokers[3 - leader_id]
+        follower.pause()
+        try:
+            with pytest.raises(KafkaException) as timed_out:
+                delete_records(brokers[leader_id].bootstrap, "replicated", 40, timeout=1)
+            assert timed_out.value.args[0].name() == "REQUEST_TIMED_OUT"
+            assert replica_log_start(brokers[leader_id], "replicated") == 40
+        finally:
+            follower.resume()
+        wait_until(lambda: replica_log_start(follower, "replicated") == 40,
+                   message="the follower taking log start 40")
+        assert earliest_and_latest(bootstrap, "replicated") == (40, 60)
     finally:
-        for broker in brokers.values():
-            broker.stop()
+        cluster.close()
