@@ -4,27 +4,17 @@ Each partition has its own leader, so requests must be routed per leader, and th
 must notice when a leader goes away or a partition moves and find the new one.
 """
 
-import time
 
 import pytest
 
 from pylog.client import Admin, Producer, SimpleConsumer, TopicPartition
 from pylog.errors import KafkaError
 from pylog.testing.zookeeper import zk_chroot_fixture, zookeeper_fixture
+from pylog.testing.waiting import wait_until
 from tests.cluster.cluster_helpers import LocalCluster
 
 zookeeper = zookeeper_fixture()
 zk_connect = zk_chroot_fixture()
-
-
-def wait_until(condition, timeout=30.0, message="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {message}")
 
 
 @pytest.fixture

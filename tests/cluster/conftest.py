@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
 from pylog.cluster.zk import ZkClusterMetadata
+from pylog.testing.waiting import wait_until  # noqa: F401 (the tests import it from here)
 from pylog.testing.zookeeper import zk_chroot_fixture, zookeeper_fixture
 
 zookeeper = zookeeper_fixture()
@@ -14,18 +14,6 @@ zk_connect = zk_chroot_fixture()
 
 # Short sessions so expiry-driven behaviour shows within a couple of seconds.
 SESSION_TIMEOUT_MS = 3000
-
-
-def wait_until(condition, timeout: float = 20.0, message: str = "condition"):
-    """Poll ``condition`` until it returns a truthy value; fail the test after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {message}")
-        time.sleep(0.02)
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import base64
 import json
 import os
 import re
-import time
 
 import pytest
 import scramp
@@ -21,6 +20,7 @@ from pylog.security.scram import (
 from pylog.security.scram_admin import (
     alter_user_scram_credentials, describe_user_scram_credentials)
 from pylog.testing.zookeeper import zk_chroot_fixture, zookeeper_fixture
+from pylog.testing.waiting import wait_until
 
 zookeeper = zookeeper_fixture()
 zk_connect = zk_chroot_fixture()
@@ -180,13 +180,6 @@ def zk_client(zk_connect):
     client = connect_client(zk_connect, session_timeout=5.0, connection_timeout=10.0)
     yield client
     close_client(client)
-
-
-def wait_until(condition, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def test_zookeeper_store_uses_kafkas_layout_and_watches(zk_client, zk_connect):

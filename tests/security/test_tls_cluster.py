@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import time
 
-import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -20,20 +19,12 @@ from pylog.cluster.session import close_client, connect_client
 from pylog.testing.broker import BrokerProcess
 from pylog.testing.certs import TestCertificates
 from pylog.testing.zookeeper import zk_chroot_fixture, zookeeper_fixture
+from pylog.testing.waiting import wait_until
 
 zookeeper = zookeeper_fixture()
 zk_connect = zk_chroot_fixture()
 
 TOPIC = "tls-replicated"
-
-
-def wait_until(condition, timeout: float = 30.0, message: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {message}")
-        time.sleep(0.05)
-    return value
 
 
 def test_replicas_fetch_over_a_mutual_tls_inter_broker_listener(tmp_path, zk_connect):

@@ -3,13 +3,13 @@ client connection."""
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
 from pylog.client.connection import BrokerConnection
 from pylog.protocol import ApiKey
 from pylog.testing.broker import broker_fixture
+from pylog.testing.waiting import wait_until
 
 # Few partitions of the internal topics: each one is loaded at start.
 SMALL_INTERNAL_TOPICS = {"transaction.state.log.num.partitions": 4,
@@ -22,17 +22,6 @@ SMALL_INTERNAL_TOPICS = {"transaction.state.log.num.partitions": 4,
 broker = broker_fixture(scope="package", overrides=SMALL_INTERNAL_TOPICS)
 
 RETRIABLE = {14, 15, 16, 51}  # load in progress, not available, not coordinator, concurrent
-
-
-def wait_until(condition, timeout: float = 30.0, message: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {message}")
-        time.sleep(0.05)
 
 
 @pytest.fixture
