@@ -13,7 +13,14 @@
 3. Decode only (no network): the same batches through ``decode_columns``,
    ``iter_records`` and kafka-python's pure-Python ``MemoryRecords`` reader.
 
-    python benchmarks/client_bench.py [--messages 200000] [--rounds 3]
+With ``--keyed`` only a keyed produce runs instead: N records with distinct keys
+(``b"key-%d" % i``, made before the clock starts) into a 4-partition topic, the partition
+chosen from the key (pylog's DefaultPartitioner, confluent-kafka's ``murmur2_random``:
+the same placement), with pylog's ``produce`` and confluent-kafka's ``produce`` (a
+delivery callback each), taking turns; pylog's keyless ``produce`` into the same topic
+runs too, for the cost of the keys. Prints the medians and the ratios.
+
+    python benchmarks/client_bench.py [--messages 200000] [--rounds 3] [--keyed]
 """
 
 from __future__ import annotations
@@ -95,6 +102,86 @@ def confluent_produce(bootstrap: str, topic: str, count: int) -> float:
     return count / elapsed
 
 
+KEYED_PARTITIONS = 4
+
+
+def pylog_produce_keyed(bootstrap: str, topic: str, keys: list[bytes], use_keys: bool = True) -> float:
+    """msgs/s of ``produce`` with an ``on_delivery`` callback, the partition chosen by the
+    default partitioner: from each key, or sticky without keys (``use_keys`` false; as many
+    records)."""
+    failed = []
+
+    def report(err, metadata):
+        if err is not None:
+            failed.append(err)
+
+    count = len(keys)
+    with Producer(bootstrap, acks=1, linger_ms=5, batch_size=BATCH_SIZE) as producer:
+        producer.send(topic, VALUE, partition=0).result()  # metadata and connection up
+        produce = producer.produce
+        start = time.perf_counter()
+        if not use_keys:
+            for _ in range(count):
+                produce(topic, VALUE, on_delivery=report)
+        else:
+            for key in keys:
+                produce(topic, VALUE, key, on_delivery=report)
+        producer.flush()
+        elapsed = time.perf_counter() - start
+    if failed:
+        raise SystemExit(f"pylog producer (keyed): {len(failed)} sends failed")
+    return count / elapsed
+
+
+def confluent_produce_keyed(bootstrap: str, topic: str, keys: list[bytes]) -> float:
+    producer = confluent_kafka.Producer({
+        "bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5, "batch.size": BATCH_SIZE,
+        "queue.buffering.max.messages": 2_000_000, "partitioner": "murmur2_random", "log_level": 3})
+    failed = []
+
+    def report(err, msg):
+        if err is not None:
+            failed.append(err)
+
+    producer.produce(topic, VALUE, partition=0)
+    producer.flush(30)
+    produce, poll = producer.produce, producer.poll
+    start = time.perf_counter()
+    for key in keys:
+        while True:
+            try:
+                produce(topic, VALUE, key, on_delivery=report)
+                break
+            except BufferError:
+                poll(0.01)
+        poll(0)
+    producer.flush(120)
+    elapsed = time.perf_counter() - start
+    if failed:
+        raise SystemExit(f"confluent producer (keyed): {len(failed)} sends failed: {failed[0]}")
+    return len(keys) / elapsed
+
+
+def keyed(bootstrap: str, n: int, rounds: int) -> None:
+    keys = [b"key-%d" % i for i in range(n)]
+    with Admin(bootstrap) as admin:
+        admin.create_topic("keyed", num_partitions=KEYED_PARTITIONS)
+    print(f"keyed produce: {n} x 200-byte values with distinct keys (b'key-%d'), acks=1, linger 5 ms, "
+          f"batch 64 KB, {KEYED_PARTITIONS} partitions; median of {rounds} rounds, the clients taking turns")
+    rates: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        rates.setdefault("confluent", []).append(confluent_produce_keyed(bootstrap, "keyed", keys))
+        rates.setdefault("keyed", []).append(pylog_produce_keyed(bootstrap, "keyed", keys))
+        rates.setdefault("keyless", []).append(pylog_produce_keyed(bootstrap, "keyed", keys, use_keys=False))
+    medians = {name: statistics.median(values) for name, values in rates.items()}
+    theirs = medians["confluent"]
+    print(f"  pylog produce keyed         {medians['keyed']:>12,.0f} msgs/s  "
+          f"({medians['keyed'] / theirs:.2f} of confluent-kafka keyed)")
+    print(f"  pylog produce keyless       {medians['keyless']:>12,.0f} msgs/s  "
+          f"(keyed is {medians['keyed'] / medians['keyless']:.2f} of it)")
+    print(f"  confluent-kafka keyed       {theirs:>12,.0f} msgs/s")
+
+
 def pylog_fetch(bootstrap: str, topic: str, end: int) -> float:
     with SimpleConsumer(bootstrap) as consumer:
         start, offset, seen = time.perf_counter(), 0, 0
@@ -159,8 +246,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3, help="produce rounds per client (the median counts)")
+    parser.add_argument("--keyed", action="store_true", help="only the keyed produce comparison")
     args = parser.parse_args()
     n = args.messages
+    if args.keyed:
+        with tempfile.TemporaryDirectory(prefix="pylog-client-bench-") as tmp, \
+                BrokerProcess(Path(tmp) / "broker", {"num.partitions": 1}) as broker:
+            keyed(broker.bootstrap, n, args.rounds)
+        return 0
     with tempfile.TemporaryDirectory(prefix="pylog-client-bench-") as tmp, \
             BrokerProcess(Path(tmp) / "broker", {"num.partitions": 1}) as broker:
         with Admin(broker.bootstrap) as admin:

@@ -8,10 +8,15 @@ for it, then move to another (Kafka's sticky partitioning: fuller batches, fewer
 A custom partitioner is any object with ``partition(topic, key, partitions, available)
 -> int`` (and optionally ``on_new_batch(topic, partition)``), or a plain callable
 ``f(topic, key, partitions) -> int``.
+
+The hash runs once per keyed record, so it is in C when the records extension is built
+(``pylog/records/_speedups.c``); :func:`py_murmur2` is its pure-Python twin (same answer
+for every input), used without a C compiler or with ``PYLOG_RECORDS_SPEEDUPS=0``.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import struct
 import threading
@@ -21,9 +26,16 @@ _M = 0x5BD1E995
 _SEED = 0x9747B28C
 _MASK = 0xFFFFFFFF
 
+try:
+    from pylog.records._speedups import murmur2 as native_murmur2
+except ImportError:  # built without a C compiler
+    native_murmur2 = None
 
-def murmur2(data: bytes) -> int:
+
+def py_murmur2(data: bytes) -> int:
     """Kafka's murmur2 hash of ``data`` as an unsigned 32-bit integer (Utils.murmur2)."""
+    if not isinstance(data, (bytes, bytearray)):  # any other buffer: its bytes, as C reads them
+        data = memoryview(data).cast("B")
     length = len(data)
     h = (_SEED ^ length) & _MASK
     whole = length & ~3
@@ -46,6 +58,16 @@ def murmur2(data: bytes) -> int:
     return h
 
 
+def native_hash() -> bool:
+    """Whether keys are hashed in C: the extension is built and ``$PYLOG_RECORDS_SPEEDUPS``
+    is not ``0``."""
+    return native_murmur2 is not None and os.environ.get("PYLOG_RECORDS_SPEEDUPS", "1") != "0"
+
+
+murmur2 = native_murmur2 if native_hash() else py_murmur2
+"""Kafka's murmur2 hash of a bytes-like ``data`` as an unsigned 32-bit integer (Utils.murmur2)."""
+
+
 def murmur2_partition(key: bytes, num_partitions: int) -> int:
     """The partition index Java and librdkafka (murmur2_random) choose for ``key``."""
     return (murmur2(key) & 0x7FFFFFFF) % num_partitions
@@ -66,8 +88,8 @@ class DefaultPartitioner:
 
     def partition(self, topic: str, key: bytes | None, partitions: Sequence[int],
                   available: Sequence[int]) -> int:
-        if key is not None:
-            return partitions[murmur2_partition(key, len(partitions))]
+        if key is not None:  # as murmur2_partition, inlined: once per keyed record
+            return partitions[(murmur2(key) & 0x7FFFFFFF) % len(partitions)]
         with self._lock:
             current = self._sticky.get(topic)
             if current is None or current not in partitions:

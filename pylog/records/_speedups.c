@@ -408,11 +408,54 @@ static PyTypeObject RecordsBufferType = {
     .tp_as_sequence = &RecordsBuffer_sequence,
 };
 
+/*
+ * murmur2(data) -> int: Kafka's murmur2 hash (org.apache.kafka.common.utils.Utils.murmur2)
+ * of a bytes-like object, as an unsigned 32-bit int: what the default partitioner hashes
+ * a record's key with. pylog/client/partitioner.py has the pure-Python twin.
+ */
+static PyObject *
+murmur2(PyObject *self, PyObject *data)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const uint8_t *buf = (const uint8_t *)view.buf;
+    const Py_ssize_t length = view.len;
+    const uint32_t m = 0x5BD1E995u;
+    uint32_t h = 0x9747B28Cu ^ (uint32_t)length;
+    const Py_ssize_t whole = length & ~(Py_ssize_t)3;
+    for (Py_ssize_t i = 0; i < whole; i += 4) {
+        uint32_t k = (uint32_t)buf[i] | (uint32_t)buf[i + 1] << 8
+                     | (uint32_t)buf[i + 2] << 16 | (uint32_t)buf[i + 3] << 24;
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h = (h * m) ^ k;
+    }
+    switch (length & 3) {
+    case 3:
+        h ^= (uint32_t)buf[whole + 2] << 16;
+        /* fall through */
+    case 2:
+        h ^= (uint32_t)buf[whole + 1] << 8;
+        /* fall through */
+    case 1:
+        h ^= (uint32_t)buf[whole];
+        h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(h);
+}
+
 static PyMethodDef methods[] = {
     {"record_starts", record_starts, METH_VARARGS,
      "record_starts(buffer, count, pos) -> bytes of native int64 record start positions"},
     {"record_fields", record_fields, METH_VARARGS,
      "record_fields(buffer, starts, section_ends, sections_size) -> bytes of 8 int64 columns"},
+    {"murmur2", murmur2, METH_O, "murmur2(data) -> Kafka's murmur2 hash of data as an unsigned 32-bit int"},
     {NULL, NULL, 0, NULL},
 };
 
