@@ -41,7 +41,7 @@ from pylog.broker.fetch import FetchWork, close_regions, handle_list_offsets, st
 from pylog.broker.groups import GROUP_APIS, GroupHandlers, GroupWork
 from pylog.broker.metrics import BrokerMetrics
 from pylog.broker.partitions import PartitionLogs
-from pylog.broker.produce import ProduceWork, handle_produce
+from pylog.broker.produce import ProduceWork, handle_produce, handle_produce_many
 from pylog.broker.replication_handlers import handle_offset_for_leader_epoch
 from pylog.broker.session import Session
 from pylog.security.sasl import SaslRefused, SaslService, sasl_disabled_answer
@@ -192,6 +192,77 @@ class Dispatcher:
         session = session or Session("")
         if session.sasl is not None and session.sasl.expects_raw_token:
             return self._raw_sasl_token(session, payload)
+        decoded = self._decode(payload, session)
+        if type(decoded) is Reply:
+            return decoded
+        api_key, version, correlation_id, request = decoded
+        try:
+            return self._answer(api_key, version, correlation_id, request, session)
+        except (CloseConnection, OSError):
+            raise
+        except Exception as error:
+            raise _one_line_failure(api_key, version, error) from None
+
+    def dispatch_produce_run(self, payloads: list, session: Session) -> list[Reply | Parked | None]:
+        """Handle consecutive Produce frames of one connection together, as many of them
+        from the first as can be (group commit, see ``handle_produce_many``), and return
+        their outcomes, in order, as :meth:`dispatch` would give them; the caller
+        dispatches the rest one by one. The run stops before a frame that would close the
+        connection, and after one that waits for the in-sync replicas (acks=all in a
+        cluster parks the connection; such a frame is taken only as the first)."""
+        if ((session.sasl is not None and session.sasl.expects_raw_token)
+                or ApiKey.PRODUCE in self.services):
+            return []
+        cluster = self.logs.replicas is not None
+        staged: list[tuple[int, int, dict, Callable | None]] = []
+        order: list[Reply | int] = []  # a reply, or the index of a staged request
+        for payload in payloads:
+            try:
+                decoded = self._decode(payload, session)
+            except CloseConnection:
+                break
+            if type(decoded) is Reply or decoded[0] != ApiKey.PRODUCE:
+                break
+            _, version, correlation_id, request = decoded
+            waits = cluster and request.body["acks"] == -1
+            if waits and order:
+                break
+            body, finish = request.body, None
+            if self.authorization is not None:
+                verdict = self.authorization.check(ApiKey.PRODUCE, version, body, session)
+                if verdict.close is not None:
+                    break
+                if verdict.response is not None:
+                    order.append(_reply(ApiKey.PRODUCE, version, correlation_id, verdict.response))
+                    continue
+                body, finish = verdict.body, verdict.finish
+            order.append(len(staged))
+            staged.append((version, correlation_id, body, finish))
+            if waits:
+                break
+        if not staged:
+            return order
+        try:
+            answers = handle_produce_many([(body, version) for version, _, body, _ in staged],
+                                          self.logs, self.clock())
+            outcomes = []
+            for item in order:
+                if type(item) is Reply:
+                    outcomes.append(item)
+                    continue
+                version, correlation_id, body, finish = staged[item]
+                outcomes.append(self._finish(ApiKey.PRODUCE, version, correlation_id, body,
+                                             answers[item], finish))
+            return outcomes
+        except (CloseConnection, OSError):
+            raise
+        except Exception as error:
+            raise _one_line_failure(ApiKey.PRODUCE, staged[0][0], error) from None
+
+    def _decode(self, payload, session: Session):
+        """``(api_key, version, correlation_id, request)`` of a frame, or the Reply that
+        answers it at once (an ApiVersions version not served); CloseConnection when the
+        frame closes the connection."""
         try:
             api_key, version, correlation_id = _PEEK.unpack_from(payload)
         except struct.error:
@@ -217,12 +288,7 @@ class Dispatcher:
         except InvalidRequestError as error:
             raise CloseConnection(f"malformed {MESSAGES[api_key].name} v{version}: {error}") \
                 from None
-        try:
-            return self._answer(api_key, version, correlation_id, request, session)
-        except (CloseConnection, OSError):
-            raise
-        except Exception as error:
-            raise _one_line_failure(api_key, version, error) from None
+        return api_key, version, correlation_id, request
 
     def _answer(self, api_key: int, version: int, correlation_id: int, request,
                 session: Session) -> Reply | Parked | None:
@@ -246,6 +312,11 @@ class Dispatcher:
                                       session.listener)
         else:
             body = self._handle(api_key, version, request_body, session)
+        return self._finish(api_key, version, correlation_id, request_body, body, finish)
+
+    def _finish(self, api_key: int, version: int, correlation_id: int, request_body: dict,
+                body, finish: Callable[[dict], dict] | None) -> Reply | Parked | None:
+        """The outcome of a handled request: its reply, or its parked work."""
         metrics = self.metrics
         if type(body) is not dict:  # the rare outcomes first ruled out, cheaply
             if body is None:

@@ -47,6 +47,7 @@ from typing import Callable
 from pylog.broker.budget import RequestBudget, frame_charge
 from pylog.broker.dispatch import CloseConnection, Dispatcher, Parked, Reply
 from pylog.broker.session import Session
+from pylog.protocol import ApiKey
 from pylog.security.tls import failure_reason, peer_principal
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,8 @@ log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
 _API_KEY = struct.Struct(">h")
 RECV_CHUNK = 256 * 1024
+MAX_PRODUCE_RUN = 512  # Produce frames of one connection handled together at most
+_PRODUCE = int(ApiKey.PRODUCE)
 # Stop reading from a client whose responses pile up beyond this (it reads too slowly).
 MAX_QUEUED_RESPONSE_BYTES = 16 * 1024 * 1024
 # Merge small responses into writes of up to this size (pipelined clients).
@@ -408,6 +411,13 @@ class Processor(threading.Thread):
                     payload = memoryview(inbound)[4:]
                     conn.inbound = inbound = bytearray()
                     handed_over = True
+                elif size >= 2 and _API_KEY.unpack_from(inbound, position + 4)[0] == _PRODUCE:
+                    taken = self._produce_run(conn, inbound, position)
+                    if taken:
+                        position = taken
+                        continue
+                    payload = inbound[position + 4:position + 4 + size]
+                    position += 4 + size
                 else:
                     payload = inbound[position + 4:position + 4 + size]  # one copy
                     position += 4 + size
@@ -421,6 +431,14 @@ class Processor(threading.Thread):
                     conn.closing = outcome.close_after
                 elif outcome is not None:
                     self._park(conn, outcome)
+        except CloseConnection:
+            # The requests before the one that closes the connection were handled: send
+            # their answers, as far as the socket takes them now, before it closes.
+            try:
+                self._write(conn)
+            except (OSError, CloseConnection):
+                pass
+            raise
         finally:
             # One shift of the buffer per batch of frames, not one per frame.
             if position:
@@ -428,6 +446,45 @@ class Processor(threading.Thread):
             if position or handed_over:
                 conn.recharge(self.max_request_bytes)
         self._write(conn)
+
+    def _produce_run(self, conn: Connection, inbound: bytearray, position: int) -> int:
+        """Group commit: when a Produce frame at ``position`` is followed by more complete
+        Produce frames (a client pipelining), handle them together (one write per
+        partition). Returns the position after the frames handled, or 0 if the frame at
+        ``position`` is to be dispatched alone."""
+        bounds = []
+        end = len(inbound)
+        while len(bounds) < MAX_PRODUCE_RUN and end - position >= 6:
+            size = _SIZE.unpack_from(inbound, position)[0]
+            if (size < 2 or size > self.max_request_bytes or end - position - 4 < size
+                    or _API_KEY.unpack_from(inbound, position + 4)[0] != _PRODUCE):
+                break
+            bounds.append((position + 4, position + 4 + size))
+            position += 4 + size
+        if len(bounds) < 2:
+            return 0
+        metrics = self.dispatcher.metrics
+        started = self.clock() if metrics is not None else 0.0
+        try:
+            outcomes = self.dispatcher.dispatch_produce_run(
+                [inbound[start:stop] for start, stop in bounds], conn.session)
+        except CloseConnection:
+            if metrics is not None:
+                metrics.request_closed(_PRODUCE)
+            raise
+        if metrics is not None and outcomes:
+            each = (self.clock() - started) / len(outcomes)
+            for outcome in outcomes:
+                if not isinstance(outcome, Parked):
+                    metrics.request_done(_PRODUCE, each)
+                else:
+                    conn.parked_since = started
+        for outcome in outcomes:
+            if type(outcome) is Reply:
+                conn.queue(outcome)
+            elif outcome is not None:
+                self._park(conn, outcome)  # only the last can park
+        return bounds[len(outcomes) - 1][1] if outcomes else 0
 
     def _measured_dispatch(self, metrics, payload, conn: Connection):
         """Dispatch, counting the request and (unless it parks) its latency."""

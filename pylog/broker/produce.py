@@ -114,27 +114,54 @@ def still_waiting(waiting: PendingAppend, final: bool):
 def handle_produce(body: dict, version: int, logs: PartitionLogs,
                    now: float = 0.0) -> dict | ProduceWork | None:
     """The response body, None for acks=0, or a ProduceWork for acks=all to wait on."""
-    acks = body["acks"]
-    transactional = body.get("transactional_id") is not None
-    topics_out = []
-    pending: dict[TopicPartition, PendingAppend] = {}
-    for topic_data in body["topic_data"]:
-        name = topic_data["name"]
-        results = [_produce_partition(name, p, version, acks, logs, pending, transactional)
-                   for p in topic_data["partition_data"]]
-        topics_out.append({"name": name, "partition_responses": results})
-    if acks == 0:
-        return None
-    response = {"responses": topics_out, "throttle_time_ms": 0}
-    if pending:
-        work = ProduceWork(response, pending, now + max(body["timeout_ms"], 0) / 1000)
-        return work.attempt(final=False) or work
-    return response
+    return handle_produce_many([(body, version)], logs, now)[0]
 
 
-def _produce_partition(topic: str, partition_data: dict, version: int, acks: int,
-                       logs: PartitionLogs, pending: dict, transactional: bool) -> dict:
-    index = partition_data["index"]
+def handle_produce_many(requests: list[tuple[dict, int]], logs: PartitionLogs,
+                        now: float = 0.0) -> list[dict | ProduceWork | None]:
+    """Answer several Produce requests of one connection, ``(body, version)`` each, as
+    handling them one after another would: each partition's batches are appended in
+    request order, with one write per partition for all of them (group commit; see
+    :meth:`pylog.log.Log.append_many`). A request that must wait for the ISR (acks=all
+    in a cluster) parks its connection, so it only ever comes alone."""
+    staged: dict[tuple[str, int], list[tuple]] = {}
+    answers = []
+    for body, version in requests:
+        acks = body["acks"]
+        transactional = body.get("transactional_id") is not None
+        pending: dict[TopicPartition, PendingAppend] = {}
+        topics_out = []
+        for topic_data in body["topic_data"]:
+            name = topic_data["name"]
+            results = []
+            for partition_data in topic_data["partition_data"]:
+                result = _stage_partition(name, partition_data, version, acks)
+                if result is None:
+                    index = partition_data["index"]
+                    result = _partition_result(index)
+                    staged.setdefault((name, index), []).append(
+                        (partition_data["records"], transactional, result, acks, pending))
+                results.append(result)
+            topics_out.append({"name": name, "partition_responses": results})
+        answers.append((body, acks, topics_out, pending))
+    for (topic, index), appends in staged.items():
+        _append_staged(topic, index, appends, logs)
+    out = []
+    for body, acks, topics_out, pending in answers:
+        if acks == 0:
+            out.append(None)
+            continue
+        response = {"responses": topics_out, "throttle_time_ms": 0}
+        if pending:
+            work = ProduceWork(response, pending, now + max(body["timeout_ms"], 0) / 1000)
+            out.append(work.attempt(final=False) or work)
+        else:
+            out.append(response)
+    return out
+
+
+def _stage_partition(topic: str, partition_data: dict, version: int, acks: int) -> dict | None:
+    """None if the partition's records may be appended, else its error result."""
     try:
         if version < MIN_SERVED_VERSION:
             raise UnsupportedVersionError(
@@ -144,27 +171,44 @@ def _produce_partition(topic: str, partition_data: dict, version: int, acks: int
         validate_topic_name(topic)
         if topic in INTERNAL_TOPICS:
             raise InvalidTopicError(f"{topic} is an internal topic: only the brokers write it")
-        records = partition_data["records"]
-        if records is None:
+        if partition_data["records"] is None:
             raise CorruptMessageError("the records of a produce request may not be null")
-        if logs.replicas is None:
-            info = logs.leader_log(topic, index).append(records, allow_transactional=transactional)
-            return _partition_result(index, base_offset=info.first_offset,
-                                     log_start_offset=info.log_start_offset)
-        tp = TopicPartition(topic, index)
-        info, replica, epoch = logs.replicas.append_as_leader(tp, records, acks,
-                                                              allow_transactional=transactional)
-        result = _partition_result(index, base_offset=info.first_offset,
-                                   log_start_offset=info.log_start_offset)
-        if acks == -1:
-            pending[tp] = PendingAppend(result, replica, epoch, info.last_offset + 1)
-        return result
     except KafkaError as error:
-        log.debug("produce to %s-%d refused: %s", topic, index, error)
-        result = _partition_result(index, error)
-        # Which records were bad (Kafka's RecordError): the producer fails those as
-        # INVALID_RECORD and the rest of the batch as collateral.
-        result["record_errors"] = [
-            {"batch_index": i, "batch_index_error_message": "a compacted topic cannot "
-             "accept a record without a key"} for i in getattr(error, "batch_indexes", ())]
-        return result
+        return _refused(topic, partition_data["index"], error)
+    return None
+
+
+def _append_staged(topic: str, index: int, appends: list[tuple], logs: PartitionLogs) -> None:
+    """Append one partition's staged records, ``(records, allow_transactional, result,
+    acks, pending)`` each, filling in each result (and, for acks=all, its pending wait)."""
+    batches = [(records, transactional) for records, transactional, *_ in appends]
+    try:
+        if logs.replicas is None:
+            outcomes = logs.leader_log(topic, index).append_many(batches)
+            replica = epoch = None
+        else:
+            outcomes, replica, epoch = logs.replicas.append_many_as_leader(
+                TopicPartition(topic, index), batches,
+                check_min_isr=any(acks == -1 for *_, acks, _ in appends))
+    except KafkaError as error:
+        outcomes = [error] * len(appends)
+    for (_, _, result, acks, pending), outcome in zip(appends, outcomes):
+        if isinstance(outcome, KafkaError):
+            result.update(_refused(topic, index, outcome))
+            continue
+        result["base_offset"] = outcome.first_offset
+        result["log_start_offset"] = outcome.log_start_offset
+        if acks == -1 and replica is not None:
+            pending[TopicPartition(topic, index)] = PendingAppend(result, replica, epoch,
+                                                                  outcome.last_offset + 1)
+
+
+def _refused(topic: str, index: int, error: KafkaError) -> dict:
+    log.debug("produce to %s-%d refused: %s", topic, index, error)
+    result = _partition_result(index, error)
+    # Which records were bad (Kafka's RecordError): the producer fails those as
+    # INVALID_RECORD and the rest of the batch as collateral.
+    result["record_errors"] = [
+        {"batch_index": i, "batch_index_error_message": "a compacted topic cannot "
+         "accept a record without a key"} for i in getattr(error, "batch_indexes", ())]
+    return result

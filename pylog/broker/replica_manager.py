@@ -344,6 +344,14 @@ class ReplicaManager:
                                       partition_log.append(records, leader_epoch=epoch,
                                                            allow_transactional=allow_transactional))
 
+    def append_many_as_leader(self, tp: TopicPartition, appends, *, check_min_isr: bool
+                              ) -> tuple[list, PartitionReplica, int]:
+        """:meth:`append_as_leader` for the records of several produce requests (see
+        :meth:`Log.append_many`): what each appended or the error it met, the replica and
+        the epoch. ``check_min_isr`` as for acks=-1."""
+        return self._append_as_leader(tp, check_min_isr, lambda partition_log, epoch:
+                                      partition_log.append_many(appends, leader_epoch=epoch))
+
     def append_marker_as_leader(self, tp: TopicPartition, producer_id: int, producer_epoch: int,
                                 commit: bool, coordinator_epoch: int
                                 ) -> tuple[AppendInfo, PartitionReplica, int]:

@@ -419,7 +419,7 @@ class _CleanedSegmentWriter:
 
     def _flush(self) -> None:
         if self._buffer:
-            self._segment.append(self._buffer, self._assigned)
+            self._segment.append((self._buffer,), self._assigned)
             self._buffer = bytearray()
             self._assigned = []
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 from pylog.errors import CorruptRecordError, KafkaStorageError, TruncatedBatchError, UnsupportedMagicError
 from pylog.records.header import (
@@ -55,19 +55,29 @@ class FileRecords:
         """Write ``buf`` at the end; return the position it starts at.
 
         Raises KafkaStorageError if the disk refuses the write (nothing is left behind)."""
+        return self.append_all((buf,))
+
+    def append_all(self, buffers: Sequence[bytes | bytearray | memoryview]) -> int:
+        """Write ``buffers`` one after another at the end, with one system call (at most
+        ``IOV_MAX`` of them); return the position the first starts at.
+
+        Raises KafkaStorageError if the disk refuses the write (nothing is left behind)."""
         position = self._size
-        view = memoryview(buf)
+        total = sum(map(len, buffers))
         written = 0
         try:
-            while written < len(view):
-                written += os.pwrite(self.fd, view[written:], position + written)
+            written = os.pwritev(self.fd, buffers, position)
+            if written < total:  # a short write: the rest, one buffer
+                rest = memoryview(b"".join(buffers))
+                while written < total:
+                    written += os.pwrite(self.fd, rest[written:], position + written)
         except OSError as exc:
             # Drop a partial write so the file ends at a batch boundary again.
             try:
                 os.ftruncate(self.fd, position)
             except OSError:
                 pass
-            raise KafkaStorageError(f"{self.path}: write of {len(view)} bytes failed: {exc}") from exc
+            raise KafkaStorageError(f"{self.path}: write of {total} bytes failed: {exc}") from exc
         self._size += written
         return position
 

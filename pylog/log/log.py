@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from pylog.errors import (
-    OffsetOutOfRangeError, TransactionalIdAuthorizationFailedError,
+    KafkaError, OffsetOutOfRangeError, TransactionalIdAuthorizationFailedError,
     UnknownTopicOrPartitionError)
 from pylog.log import swap
 from pylog.log.cleaner import CleanerView, SegmentsChangedError, SegmentSnapshot
@@ -57,11 +57,17 @@ from pylog.log.segment import LogSegment
 from pylog.log.validation import check_follower_offsets, validate_append
 from pylog.records.control import TxnMarker, build_marker_batch
 from pylog.records.header import (
-    read_batch_header, set_base_offset, set_partition_leader_epoch)
+    BatchHeader, read_batch_header, set_base_offset, set_partition_leader_epoch)
 
 log = logging.getLogger(__name__)
 
 MAX_RELATIVE_OFFSET = 2**31 - 1
+MAX_RUN = 512  # requests written with one pwritev (Linux allows 1024 buffers)
+
+# A request's records ready to write: its index among the appends, the buffer, its
+# batches and those of them with a producer id.
+PreparedAppend = tuple[int, "bytearray | memoryview", list[tuple[int, BatchHeader]],
+                       list[BatchHeader]]
 AppendListener = Callable[["Log"], None]
 
 
@@ -278,7 +284,8 @@ class Log:
         ``max_batch_size``), RecordListTooLargeError (more than ``segment_bytes`` in all)
         or InvalidRecordError (no batches). Only each batch's baseOffset is rewritten, and
         its partitionLeaderEpoch when a leader passes ``leader_epoch`` (which the leader
-        epoch cache then records as starting at the first offset, if it is new).
+        epoch cache then records as starting at the first offset, if it is new): in
+        ``records`` itself when it is writable (a request's frame), else in a copy.
 
         Batches with a producer id are checked against the producer state first:
         InvalidProducerEpochError or OutOfOrderSequenceNumberError, or a duplicate of a
@@ -290,36 +297,130 @@ class Log:
         transactional batch unless ``allow_transactional`` (a Produce request without a
         transactional id: TransactionalIdAuthorizationFailedError).
         """
+        result = self.append_many([(records, allow_transactional)], leader_epoch)[0]
+        if isinstance(result, KafkaError):
+            raise result
+        return result
+
+    def append_many(self, appends: Sequence[tuple[bytes | bytearray | memoryview, bool]],
+                    leader_epoch: int | None = None) -> list[AppendInfo | KafkaError]:
+        """Append the records of several produce requests, ``(records,
+        allow_transactional)`` each, as that many :meth:`append` calls in that order would,
+        and return what each of them would return or raise (LogClosedError is raised).
+
+        Group commit: the requests a connection pipelined arrive together, and each run of
+        them without producer ids is written with one system call (up to ``MAX_RUN``
+        requests, never more than fits the active segment, so segments roll as they
+        would). A batch with a producer id is checked against the producer state, and
+        written, on its own, in its turn.
+        """
+        results: list[AppendInfo | KafkaError | None] = [None] * len(appends)
+        prepared = []
+        for index, (records, allow_transactional) in enumerate(appends):
+            try:
+                prepared.append((index, *self._prepare_append(records, allow_transactional,
+                                                              leader_epoch)))
+            except KafkaError as error:
+                results[index] = error
+        if not prepared:
+            return results
+        rolled_at = None
+        with self._lock:
+            self._check_open()
+            segment_bytes = self.config.segment_bytes
+            run: list[PreparedAppend] = []
+            run_bytes = 0
+            for item in prepared:
+                _, buf, _, idempotent = item
+                if run and (idempotent or len(run) == MAX_RUN
+                            or self.active_segment.size + run_bytes + len(buf) > segment_bytes):
+                    rolled_at = self._write_run(run, leader_epoch, results) or rolled_at
+                    run, run_bytes = [], 0
+                if idempotent:
+                    rolled_at = self._write_idempotent(item, leader_epoch, results) or rolled_at
+                else:
+                    run.append(item)
+                    run_bytes += len(buf)
+            if run:
+                rolled_at = self._write_run(run, leader_epoch, results) or rolled_at
+        self._after_append(rolled_at)
+        return results
+
+    def _prepare_append(self, records: bytes | bytearray | memoryview, allow_transactional: bool,
+                        leader_epoch: int | None
+                        ) -> tuple[bytearray | memoryview, list[tuple[int, BatchHeader]],
+                                   list[BatchHeader]]:
+        """Validate one request's records (nothing locked): the buffer to write, its batches
+        and those of them with a producer id."""
         view = memoryview(records).cast("B")
         batches = validate_append(view, self.config)
         if not allow_transactional and any(h.is_transactional for _, h in batches):
             raise TransactionalIdAuthorizationFailedError(
                 "transactional batches need the transactional id of their producer in the "
                 "Produce request")
-        buf = bytearray(view)
+        # A writable buffer (a request's own frame) gets its offsets and epochs in place;
+        # read-only records are copied once.
+        buf = bytearray(view) if view.readonly else view
         if leader_epoch is not None:
             for position, _ in batches:
                 set_partition_leader_epoch(buf, position, leader_epoch)
-        idempotent = [h for _, h in batches if h.producer_id >= 0]
-        with self._lock:
-            self._check_open()
-            if idempotent:
-                duplicate = self._producers.check(idempotent)
-                if duplicate is not None:
-                    return self._duplicate_appended(duplicate)
-            first_offset = next_offset = self.log_end_offset
-            assigned = []
+        return buf, batches, [h for _, h in batches if h.producer_id >= 0]
+
+    def _write_idempotent(self, item: PreparedAppend, leader_epoch: int | None,
+                          results: list) -> int | None:
+        """Under the lock: one request with producer ids, checked, written and recorded."""
+        index, _, _, idempotent = item
+        try:
+            duplicate = self._producers.check(idempotent)
+        except KafkaError as error:
+            results[index] = error
+            return None
+        if duplicate is not None:
+            results[index] = self._duplicate_appended(duplicate)
+            return None
+        return self._write_run([item], leader_epoch, results, record_producers=True)
+
+    def _write_run(self, run: list[PreparedAppend], leader_epoch: int | None, results: list,
+                   *, record_producers: bool = False) -> int | None:
+        """Under the lock: assign offsets to the requests of ``run`` and write them with
+        one system call; each gets its AppendInfo (a storage error: the error). Returns
+        the first offset written if the segment rolled for it, else None."""
+        first_offset = next_offset = self.log_end_offset
+        buffers, assigned, spans = [], [], []
+        start = 0
+        for index, buf, batches, _ in run:
+            first = len(assigned)
             for position, header in batches:
                 set_base_offset(buf, position, next_offset)
-                assigned.append((position, next_offset, header))
+                assigned.append((start + position, next_offset, header))
                 next_offset += header.last_offset_delta + 1
-            if leader_epoch is not None:
-                self._epochs.assign(leader_epoch, first_offset)
-            info, rolled = self._append_locked(buf, assigned)
-            if idempotent:
-                self._producers.record(assigned, self.active_segment.txn_index)
-        self._after_append(rolled, first_offset)
-        return info
+            spans.append((index, first, len(assigned)))
+            buffers.append(buf)
+            start += len(buf)
+        if leader_epoch is not None:
+            self._epochs.assign(leader_epoch, first_offset)
+        try:
+            rolled = self._append_locked(buffers, start, assigned)
+        except KafkaError as error:
+            for index, _, _ in spans:
+                results[index] = error
+            return None
+        if record_producers:
+            self._producers.record(assigned, self.active_segment.txn_index)
+        for index, first, end in spans:
+            results[index] = self._appended(assigned[first:end])
+        return first_offset if rolled else None
+
+    def _appended(self, assigned: list[AssignedBatch]) -> AppendInfo:
+        """What an append of the ``assigned`` batches reports."""
+        if len(assigned) == 1:
+            _, base_offset, header = assigned[0]
+            return AppendInfo(base_offset, base_offset + header.last_offset_delta,
+                              header.max_timestamp, -1, self._log_start_offset,
+                              header.records_count)
+        return AppendInfo(assigned[0][1], assigned[-1][1] + assigned[-1][2].last_offset_delta,
+                          max(h.max_timestamp for _, _, h in assigned), -1,
+                          self._log_start_offset, sum(h.records_count for _, _, h in assigned))
 
     def _duplicate_appended(self, duplicate: BatchMetadata) -> AppendInfo:
         return AppendInfo(duplicate.first_offset, duplicate.last_offset, duplicate.timestamp, -1,
@@ -346,10 +447,12 @@ class Log:
             header = read_batch_header(buf)
             if leader_epoch is not None:
                 self._epochs.assign(leader_epoch, offset)
-            info, rolled = self._append_locked(buf, [(0, offset, header)])
+            assigned = [(0, offset, header)]
+            rolled = self._append_locked((buf,), len(buf), assigned)
             self._producers.complete(producer_id, producer_epoch, marker, offset,
                                      header.max_timestamp, self.active_segment.txn_index)
-        self._after_append(rolled, offset)
+            info = self._appended(assigned)
+        self._after_append(offset if rolled else None)
         return info
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo:
@@ -373,10 +476,11 @@ class Log:
                 if header.partition_leader_epoch >= 0:
                     self._epochs.assign(header.partition_leader_epoch, header.base_offset)
             assigned = [(p, h.base_offset, h) for p, h in batches]
-            info, rolled = self._append_locked(view, assigned)
+            rolled = self._append_locked((view,), len(view), assigned)
             if any(h.producer_id >= 0 for _, h in batches):
                 self._producers.record(assigned, self.active_segment.txn_index, view)
-        self._after_append(rolled, info.first_offset)
+            info = self._appended(assigned)
+        self._after_append(info.first_offset if rolled else None)
         return info
 
     def _nothing_appended(self) -> AppendInfo:
@@ -385,31 +489,34 @@ class Log:
             end = self.log_end_offset
             return AppendInfo(end, end - 1, -1, -1, self._log_start_offset, 0)
 
-    def _append_locked(self, buf: bytes | bytearray | memoryview,
-                       assigned: list[AssignedBatch]) -> tuple[AppendInfo, bool]:
-        """Write batches whose offsets are final (and epochs recorded): roll if due, append,
-        flush by ``flush_messages``. Returns what was appended and whether it rolled."""
-        first_offset = assigned[0][1]
+    def _append_locked(self, buffers: Sequence[bytes | bytearray | memoryview], size: int,
+                       assigned: list[AssignedBatch]) -> bool:
+        """Write batches whose offsets are final (and epochs recorded), ``size`` bytes in
+        ``buffers``: roll if due, append, flush by ``flush_messages``. Returns whether it
+        rolled."""
         last_offset = assigned[-1][1] + assigned[-1][2].last_offset_delta
-        max_timestamp = max(h.max_timestamp for _, _, h in assigned)
+        if len(assigned) == 1:
+            max_timestamp, record_count = assigned[0][2].max_timestamp, assigned[0][2].records_count
+        else:
+            max_timestamp = max(h.max_timestamp for _, _, h in assigned)
+            record_count = sum(h.records_count for _, _, h in assigned)
         try:
-            segment, rolled = self._maybe_roll(len(buf), last_offset, max_timestamp)
-            segment.append(buf, assigned)
+            segment, rolled = self._maybe_roll(size, last_offset, max_timestamp)
+            segment.append(buffers, assigned)
         except Exception:
             self._epochs.truncate_from_end(self.log_end_offset)  # an epoch recorded for nothing
             raise
-        record_count = sum(h.records_count for _, _, h in assigned)
         self._unflushed_records += record_count
         if self.config.flush_messages is not None and self._unflushed_records >= self.config.flush_messages:
             self._flush_locked()
-        info = AppendInfo(first_offset, last_offset, max_timestamp, -1, self._log_start_offset, record_count)
-        return info, rolled
+        return rolled
 
-    def _after_append(self, rolled: bool, first_offset: int) -> None:
-        """Outside the lock: fsync a segment that just became inactive off the append path,
-        as Kafka does, and wake the listeners."""
-        if rolled:
-            threading.Thread(target=self._flush_rolled, args=(first_offset,), daemon=True,
+    def _after_append(self, rolled_at: int | None) -> None:
+        """Outside the lock: fsync the segments below ``rolled_at`` (the first offset
+        written after a roll, if one happened) off the append path, as Kafka does, and
+        wake the listeners."""
+        if rolled_at is not None:
+            threading.Thread(target=self._flush_rolled, args=(rolled_at,), daemon=True,
                              name=f"pylog-roll-flush-{self.directory.name}").start()
         self._notify()
 
@@ -420,7 +527,7 @@ class Log:
         if segment.size == 0:
             return segment, False
         if (segment.size + incoming_bytes > self.config.segment_bytes
-                or segment.time_waited_for_roll(self._now_ms(), max_timestamp) > self.config.segment_ms
+                or segment.time_waited_for_roll(self._now_ms, max_timestamp) > self.config.segment_ms
                 or segment.offset_index.is_full or segment.time_index.is_full
                 or last_offset - segment.base_offset > MAX_RELATIVE_OFFSET):
             return self._roll_locked(), True

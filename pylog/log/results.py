@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class AppendInfo:
+class AppendInfo(NamedTuple):
     """What :meth:`Log.append` did: the offsets it assigned (or, from
-    :meth:`Log.append_as_follower`, kept) and the log's state after it."""
+    :meth:`Log.append_as_follower`, kept) and the log's state after it. (A named tuple:
+    one is made per append.)"""
 
     first_offset: int
     last_offset: int

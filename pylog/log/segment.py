@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Callable, Sequence
 
 from pylog.errors import CorruptRecordError
 from pylog.log import layout
@@ -91,12 +92,13 @@ class LogSegment:
             return self.max_timestamp
         return int(os.fstat(self.records.fd).st_mtime * 1000)
 
-    def time_waited_for_roll(self, now_ms: int, incoming_timestamp: int) -> int:
+    def time_waited_for_roll(self, now_ms: Callable[[], int], incoming_timestamp: int) -> int:
         """How far the segment is into ``segment.ms``: as in Kafka, the incoming batch's
-        timestamp minus the first batch's, or the clock since creation without timestamps."""
+        timestamp minus the first batch's, or the clock (``now_ms()``, read only then)
+        since creation without timestamps."""
         if self.first_batch_timestamp is not None and self.first_batch_timestamp > 0:
             return incoming_timestamp - self.first_batch_timestamp
-        return now_ms - self.created_ms
+        return now_ms() - self.created_ms
 
     def _index_batch(self, position: int, base_offset: int, header: BatchHeader) -> None:
         """Account for one batch written at ``position`` (shared by append and rebuild);
@@ -116,11 +118,12 @@ class LogSegment:
 
     # -- writes ---------------------------------------------------------------------------
 
-    def append(self, buf: bytes | bytearray | memoryview,
+    def append(self, buffers: Sequence[bytes | bytearray | memoryview],
                batches: list[tuple[int, int, BatchHeader]]) -> None:
-        """Write already-validated batches with offsets assigned; ``batches`` holds each
-        batch's position within ``buf``, its assigned base offset and its header."""
-        start = self.records.append(buf)
+        """Write already-validated batches with offsets assigned, in ``buffers`` written one
+        after another (one write); ``batches`` holds each batch's position within their
+        concatenation, its assigned base offset and its header."""
+        start = self.records.append_all(buffers)
         for position, base_offset, header in batches:
             self._index_batch(start + position, base_offset, header)
 

@@ -24,7 +24,8 @@ from pylog.errors import (
 )
 from pylog.log.config import LogConfig
 from pylog.records.filtering import scan_records
-from pylog.records.header import BatchHeader, iter_batch_headers
+from pylog.records.header import (
+    CONTROL_BIT, LOG_OVERHEAD, TRANSACTIONAL_BIT, BatchHeader, iter_batch_headers)
 
 
 class UnexpectedAppendOffsetError(OffsetOutOfRangeError):
@@ -49,34 +50,37 @@ def validate_append(view: memoryview, config: LogConfig, *,
         raise RecordListTooLargeError(
             f"{len(view)} bytes of records exceed the segment size {config.segment_bytes}")
     batches = []
+    max_batch_size = config.max_batch_size
     for position, header in iter_batch_headers(view, verify_crc=True):
-        if check_batch_size and header.size > config.max_batch_size:
-            raise MessageTooLargeError(
-                f"batch at position {position} is {header.size} bytes, "
-                f"more than the limit of {config.max_batch_size}")
+        last_offset_delta, records_count = header.last_offset_delta, header.records_count
         if not check_batch_size:
-            if header.last_offset_delta < 0 or not 0 <= header.records_count <= header.last_offset_delta + 1:
+            if last_offset_delta < 0 or not 0 <= records_count <= last_offset_delta + 1:
                 raise CorruptRecordError(
-                    f"batch at position {position}: lastOffsetDelta {header.last_offset_delta}, "
-                    f"recordsCount {header.records_count}")
+                    f"batch at position {position}: lastOffsetDelta {last_offset_delta}, "
+                    f"recordsCount {records_count}")
             batches.append((position, header))
             continue
-        if header.last_offset_delta < 0 or header.records_count <= 0:
+        if header.batch_length + LOG_OVERHEAD > max_batch_size:
+            raise MessageTooLargeError(
+                f"batch at position {position} is {header.size} bytes, "
+                f"more than the limit of {max_batch_size}")
+        if last_offset_delta < 0 or records_count <= 0:
             raise CorruptRecordError(
-                f"batch at position {position}: lastOffsetDelta {header.last_offset_delta}, "
-                f"recordsCount {header.records_count}")
-        if header.records_count != header.last_offset_delta + 1:
+                f"batch at position {position}: lastOffsetDelta {last_offset_delta}, "
+                f"recordsCount {records_count}")
+        if records_count != last_offset_delta + 1:
             # A producer's batch holds offsets 0..n-1 with no gaps.
             raise CorruptRecordError(
-                f"batch at position {position}: recordsCount {header.records_count} does "
-                f"not match lastOffsetDelta {header.last_offset_delta} + 1")
-        if header.is_control:
-            raise InvalidRecordError(
-                f"batch at position {position} is a control batch: clients may not write "
-                "control records")
-        if header.is_transactional and header.producer_id < 0:
-            raise InvalidRecordError(
-                f"batch at position {position} is transactional without a producer id")
+                f"batch at position {position}: recordsCount {records_count} does "
+                f"not match lastOffsetDelta {last_offset_delta} + 1")
+        if header.attributes & (CONTROL_BIT | TRANSACTIONAL_BIT):
+            if header.is_control:
+                raise InvalidRecordError(
+                    f"batch at position {position} is a control batch: clients may not "
+                    "write control records")
+            if header.producer_id < 0:
+                raise InvalidRecordError(
+                    f"batch at position {position} is transactional without a producer id")
         if config.compact:
             _check_keys(view, position, header)
         batches.append((position, header))

@@ -26,8 +26,7 @@ Layout of a v2 record batch, big-endian, 61-byte header then the records::
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 from crc32c import crc32c
 
@@ -56,9 +55,13 @@ TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
-    """The 61-byte header of one record batch, as read from bytes."""
+class BatchHeader(NamedTuple):
+    """The 61-byte header of one record batch, as read from bytes.
+
+    A named tuple, not a dataclass: the broker reads one per batch it appends or serves,
+    and a tuple is built straight from ``struct.unpack`` (``_make_header``) for a tenth
+    of a frozen dataclass's cost.
+    """
 
     base_offset: int
     batch_length: int
@@ -133,7 +136,12 @@ def read_batch_header(buf: bytes | bytearray | memoryview, pos: int = 0,
             f"batch at position {pos}: {available} bytes left, need a {BATCH_HEADER_SIZE}-byte header")
     if available < size:
         raise TruncatedBatchError(f"batch at position {pos}: {available} bytes left of a {size}-byte batch")
-    return BatchHeader(*_HEADER.unpack_from(buf, pos))
+    return _make_header(_HEADER.unpack_from(buf, pos))
+
+
+def _make_header(fields: tuple) -> BatchHeader:
+    """A BatchHeader from the 13 values ``_HEADER`` unpacks, without the keyword machinery."""
+    return tuple.__new__(BatchHeader, fields)
 
 
 def compute_crc(buf: bytes | bytearray | memoryview, pos: int, size: int) -> int:
@@ -161,12 +169,14 @@ def iter_batch_headers(buf: bytes | bytearray | memoryview, *, verify_crc: bool 
     """
     pos = 0
     end = len(buf)
+    view = memoryview(buf)
     while pos < end:
         header = read_batch_header(buf, pos, max_batch_size)
-        if verify_crc:
-            check_crc(buf, pos, header)
+        size = header[1] + LOG_OVERHEAD
+        if verify_crc and crc32c(view[pos + CRC_START:pos + size]) != header[4]:
+            check_crc(buf, pos, header)  # raises, with the message
         yield pos, header
-        pos += header.size
+        pos += size
 
 
 def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:

@@ -1,0 +1,124 @@
+"""Group commit at the wire: Produce requests a connection pipelines are handled together
+(one write per partition) yet answered exactly as one by one: in order, each with its
+own offsets or its own error, acks=0 unanswered, a request of another kind in between
+answered in its place, a malformed frame closing the connection only after the frames
+before it were answered. Real clients pipelining (confluent-kafka, kafka-python) read
+every record back once, in order."""
+
+from __future__ import annotations
+
+import uuid
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from kafka import KafkaProducer
+
+from pylog.protocol import ApiKey, encode_request
+from tests.broker.test_wire import create, records_of, values
+from tests.broker.wire import WireClient, batch, fetch_body, produce_body
+
+CORRUPT_MESSAGE, UNKNOWN_TOPIC, UNSUPPORTED_VERSION = 2, 3, 35
+
+
+def _frame(correlation_id: int, body: dict, version: int = 7) -> bytes:
+    return encode_request(ApiKey.PRODUCE, version, correlation_id, "pipeline", body)
+
+
+def test_pipelined_requests_are_answered_one_by_one_in_order(broker) -> None:
+    topic = f"gc-{uuid.uuid4().hex[:8]}"
+    with WireClient(broker.bootstrap) as wire:
+        create(wire, topic, partitions=2)
+        corrupt = bytearray(batch([b"bad"]))
+        corrupt[-1] ^= 0xFF
+        frames = [
+            _frame(1, produce_body(topic, {0: batch([b"a0", b"a1"])})),
+            _frame(2, produce_body(topic, {0: batch([b"b0"]), 1: batch([b"p1-0"])})),
+            _frame(3, produce_body(topic, {0: bytes(corrupt)})),
+            _frame(4, produce_body(topic, {0: batch([b"c0"])}, acks=0)),
+            _frame(5, produce_body("gc-no-such-topic", {0: batch([b"x"])})),
+            encode_request(ApiKey.METADATA, 8, 6, "pipeline", {
+                "topics": [{"name": topic}], "allow_auto_topic_creation": False,
+                "include_cluster_authorized_operations": False,
+                "include_topic_authorized_operations": False}),
+            _frame(7, produce_body(topic, {0: batch([b"d0", b"d1", b"d2"])})),
+            _frame(8, produce_body(topic, {0: batch([b"old"])}), version=2),
+            _frame(9, produce_body(topic, {1: batch([b"p1-1"]), 0: batch([b"e0"])})),
+        ]
+        wire.send_raw(b"".join(frames))  # one send: the broker reads them together
+        answers = {}
+        for api_key, version in [(ApiKey.PRODUCE, 7)] * 4 + [(ApiKey.METADATA, 8)] + \
+                [(ApiKey.PRODUCE, 7), (ApiKey.PRODUCE, 2), (ApiKey.PRODUCE, 7)]:
+            correlation_id, body = wire.receive(api_key, version)
+            answers[correlation_id] = body
+
+        def partitions(correlation_id):
+            return {(t["name"], p["index"]): (p["error_code"], p["base_offset"])
+                    for t in answers[correlation_id]["responses"]
+                    for p in t["partition_responses"]}
+
+        assert list(answers) == [1, 2, 3, 5, 6, 7, 8, 9]  # in order; acks=0 unanswered
+        assert partitions(1) == {(topic, 0): (0, 0)}
+        assert partitions(2) == {(topic, 0): (0, 2), (topic, 1): (0, 0)}
+        assert partitions(3)[(topic, 0)][0] == CORRUPT_MESSAGE
+        assert partitions(5) == {("gc-no-such-topic", 0): (UNKNOWN_TOPIC, -1)}
+        assert answers[6]["topics"][0]["name"] == topic
+        assert partitions(7) == {(topic, 0): (0, 4)}  # after c0 (acks=0) at 3
+        assert partitions(8)[(topic, 0)][0] == UNSUPPORTED_VERSION
+        assert partitions(9) == {(topic, 1): (0, 1), (topic, 0): (0, 7)}
+        fetched = wire.call(ApiKey.FETCH, 11, fetch_body(topic, {0: 0, 1: 0}))
+        assert values(records_of(fetched, 0)["records"]) == [
+            b"a0", b"a1", b"b0", b"c0", b"d0", b"d1", b"d2", b"e0"]
+        assert values(records_of(fetched, 1)["records"]) == [b"p1-0", b"p1-1"]
+
+
+def test_a_malformed_frame_closes_the_connection_after_the_frames_before_it(broker) -> None:
+    topic = f"gc-{uuid.uuid4().hex[:8]}"
+    with WireClient(broker.bootstrap) as setup:
+        create(setup, topic)
+    malformed = bytearray(_frame(3, produce_body(topic, {0: batch([b"never"])})))
+    del malformed[-20:]  # the records run past the end of the frame
+    malformed[:4] = (len(malformed) - 4).to_bytes(4, "big")
+    with WireClient(broker.bootstrap) as wire:
+        wire.send_raw(_frame(1, produce_body(topic, {0: batch([b"one"])}))
+                      + _frame(2, produce_body(topic, {0: batch([b"two"])}))
+                      + bytes(malformed)
+                      + _frame(4, produce_body(topic, {0: batch([b"after"])})))
+        assert [wire.receive(ApiKey.PRODUCE, 7)[0] for _ in range(2)] == [1, 2]
+        assert wire.is_closed_by_peer()
+    with WireClient(broker.bootstrap) as wire:
+        fetched = wire.call(ApiKey.FETCH, 11, fetch_body(topic, {0: 0}))
+        assert values(records_of(fetched)["records"]) == [b"one", b"two"]
+
+
+def test_pipelining_clients_read_back_every_record_once_in_order(broker) -> None:
+    topic = f"gc-{uuid.uuid4().hex[:8]}"
+    with WireClient(broker.bootstrap) as wire:
+        create(wire, topic, partitions=2)
+    count = 4000
+    # One record per request, many requests in flight: the broker sees them together.
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0,
+                         "batch.num.messages": 1, "acks": 1})
+    for i in range(count):
+        producer.produce(topic, b"ck-%d" % i, partition=i % 2)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    legacy = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=0, batch_size=1,
+                           max_in_flight_requests_per_connection=20, acks=1)
+    for i in range(500):
+        legacy.send(topic, b"kp-%d" % i, partition=0)
+    legacy.flush(60)
+    legacy.close()
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": topic,
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, 0) for p in (0, 1)])
+    seen: dict[int, list[bytes]] = {0: [], 1: []}
+    while sum(map(len, seen.values())) < count + 500:
+        messages = consumer.consume(1000, timeout=10)
+        assert messages, f"stalled after {sum(map(len, seen.values()))} records"
+        for message in messages:
+            assert message.error() is None
+            seen[message.partition()].append(message.value())
+    consumer.close()
+    assert seen[1] == [b"ck-%d" % i for i in range(1, count, 2)]
+    ours = [v for v in seen[0] if v.startswith(b"ck-")]
+    assert ours == [b"ck-%d" % i for i in range(0, count, 2)]
+    assert [v for v in seen[0] if v.startswith(b"kp-")] == [b"kp-%d" % i for i in range(500)]
