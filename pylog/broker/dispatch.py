@@ -48,6 +48,7 @@ from pylog.security.sasl import SaslRefused, SaslService, sasl_disabled_answer
 from pylog.errors import InvalidRequestError, UnsupportedVersionError
 from pylog.protocol import (
     MESSAGES, ApiKey, decode_request, encode_response_chunks)
+from pylog.protocol.produce_response import encode_produce_response
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,8 @@ BEFORE_AUTHENTICATION = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE,
 SASL_APIS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 UNSUPPORTED_VERSION = UnsupportedVersionError.errno
 _NOT_SERVED = (0, -1)
-_PEEK = struct.Struct(">hhi")  # api_key, api_version, correlation_id
+_PEEK = struct.Struct(">hhi")
+_PRODUCE = int(ApiKey.PRODUCE)  # api_key, api_version, correlation_id
 # A registered service: (version, body, session) -> body | None | a waiting request.
 Service = Callable[[int, dict, Session], object]
 
@@ -154,6 +156,10 @@ def _one_line_failure(api_key: int, version: int, error: Exception) -> CloseConn
 
 
 def _reply(api_key: int, version: int, correlation_id: int, body: dict) -> Reply:
+    if api_key == _PRODUCE:
+        frame = encode_produce_response(version, correlation_id, body)
+        if frame is not None:
+            return Reply([frame], len(frame))
     try:
         chunks, size = encode_response_chunks(api_key, version, correlation_id, body)
     except BaseException:
