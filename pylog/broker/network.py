@@ -65,6 +65,7 @@ COALESCE_BYTES = 256 * 1024
 TLS_FILE_CHUNK = 256 * 1024
 _BYTES = (bytes, bytearray, memoryview)
 _MSG_MORE = getattr(socket, "MSG_MORE", 0)
+MAX_GATHERED_CHUNKS = 512  # byte chunks sent with one sendmsg at most (IOV_MAX is 1024)
 
 
 @dataclass(frozen=True)
@@ -577,6 +578,11 @@ class Processor(threading.Thread):
         try:
             while out:
                 chunk = out[0]
+                if (len(out) > 1 and not conn.tls and conn.head_sent == 0
+                        and isinstance(chunk, _BYTES) and isinstance(out[1], _BYTES)):
+                    if not self._send_answers(conn):
+                        return
+                    continue
                 if isinstance(chunk, _BYTES):
                     # After a TLS want-write, OpenSSL needs the same bytes again: they are.
                     # Bytes followed by a file region (a Fetch response's header) go out
@@ -603,6 +609,23 @@ class Processor(threading.Thread):
                     chunk.close()
         except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
             return
+
+    def _send_answers(self, conn: Connection) -> bool:
+        """Send the byte chunks at the head of the queue (several answers, a client having
+        pipelined its requests) with one ``sendmsg``; False if the socket took only part."""
+        out = conn.outbound
+        chunks = list(itertools.takewhile(lambda chunk: isinstance(chunk, _BYTES),
+                                          itertools.islice(out, MAX_GATHERED_CHUNKS)))
+        more = _MSG_MORE if len(out) > len(chunks) else 0
+        sent = conn.sock.sendmsg(chunks, (), more)
+        conn.queued_bytes -= sent
+        for chunk in chunks:
+            if sent < len(chunk):
+                conn.head_sent = sent
+                return False
+            sent -= len(chunk)
+            out.popleft()
+        return True
 
     def _send_region_tls(self, conn: Connection, region) -> int:
         """Send the next bytes of a file region through TLS: one bounded chunk is read

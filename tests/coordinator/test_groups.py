@@ -51,7 +51,9 @@ class Member:
             "bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
             "enable.auto.commit": False, "session.timeout.ms": 6000,
             "heartbeat.interval.ms": 300, "partition.assignment.strategy": assignor,
-            "log_level": 3, **settings})
+            # Also the rebalance timeout: members closed one after another while a
+            # rebalance waits for the others (not polled meanwhile) wait 15 s at most.
+            "max.poll.interval.ms": 15000, "log_level": 3, **settings})
         self.values: list[str] = []
         self.assignments = 0
         self.revocations = 0
