@@ -35,7 +35,16 @@ _MAX_NAMES = 100_000  # encoded topic names kept
 
 
 def encode_produce_response(version: int, correlation_id: int, body: dict) -> bytes | None:
-    """The size-prefixed response frame, or None if the generic codec must write it."""
+    """The size-prefixed response frame, or None if the generic codec must write it
+    (also when a field is left out for the codec's default, or a value is out of range:
+    the codec knows the defaults and gives the errors)."""
+    try:
+        return _encode(version, correlation_id, body)
+    except (KeyError, struct.error):
+        return None
+
+
+def _encode(version: int, correlation_id: int, body: dict) -> bytes | None:
     partition = _PARTITION.get(version)
     if partition is None:
         return None
