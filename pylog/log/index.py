@@ -49,6 +49,10 @@ class TimestampOffset:
     offset: int
 
 
+WRITE_AHEAD_BYTES = 8 * 1024  # two pages: a new segment costs little disk
+_ZEROS = memoryview(bytes(WRITE_AHEAD_BYTES))
+
+
 class AbstractIndex:
     """An mmap-ed array of ``ENTRY`` structs for the segment starting at ``base_offset``."""
 
@@ -99,6 +103,8 @@ class AbstractIndex:
             os.ftruncate(self._file.fileno(), length)
         self._max_entries = length // self._entry_size
         self._entries = min(self._entries, self._max_entries)
+        self._written_ahead = 0  # bytes known to be written as zeros or entries: none yet
+        self._dirty = False  # entries appended through this mapping since the last flush
         if length > 0:
             self._mmap = mmap.mmap(self._file.fileno(), length)
 
@@ -125,9 +131,27 @@ class AbstractIndex:
     def _append_entry(self, *fields: int) -> None:
         if self.is_full:
             raise IndexInvariantError(f"{self.path}: index is full ({self._entries} entries)")
-        self.ENTRY.pack_into(self._mmap, self._entries * self._entry_size, *fields)
+        position = self._entries * self._entry_size
+        if position + self._entry_size > self._written_ahead:
+            self._write_ahead(position)
+        self.ENTRY.pack_into(self._mmap, position, *fields)
+        self._dirty = True
         self._entries += 1
         self._last = (self._entries, fields)
+
+    def _write_ahead(self, position: int) -> None:
+        """Give the file real blocks from ``position`` (past every entry) on with a plain
+        write of zeros, ``WRITE_AHEAD_BYTES`` at a time. The file is sparse, and the first
+        store through the mapping into a block not yet written makes the filesystem
+        allocate it inside a page fault: milliseconds each on ext4 (measured 2.6 ms), for
+        every new segment's first entry, which with a thousand partitions dominated the
+        produce path. A failed write is left to the store through the mapping."""
+        end = min(position + WRITE_AHEAD_BYTES, self._max_entries * self._entry_size)
+        try:
+            os.pwrite(self._file.fileno(), _ZEROS[:end - position], position)
+        except OSError:
+            return
+        self._written_ahead = end
 
     def iter_raw(self) -> Iterator[tuple]:
         if self._entries == 0:
@@ -174,8 +198,11 @@ class AbstractIndex:
     # -- lifecycle -----------------------------------------------------------------------
 
     def flush(self) -> None:
-        if self._mmap is not None:
+        """Force the entries appended since the last flush to disk (``msync``, which
+        syncs the file: skipped when nothing was appended)."""
+        if self._mmap is not None and self._dirty:
             self._mmap.flush()
+            self._dirty = False
 
     def close(self) -> None:
         """Trim to the valid entries and release the map and file."""

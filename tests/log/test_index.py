@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import os
 
 import pytest
 from hypothesis import given, settings
@@ -118,3 +119,36 @@ def test_sanity_check_finds_corrupt_time_index(tmp_path):
     with pytest.raises(CorruptIndexError):
         index.sanity_check(next_offset=10)
     index.close()
+
+
+def test_entries_across_write_ahead_chunks_survive_truncation_and_reopen(tmp_path):
+    """Appends give the file its blocks with a plain write of zeros a chunk ahead; entries
+    past several chunks, a truncation back and appends over the old ones, then a reopen,
+    read back exactly; the file holds no hole where an entry is."""
+    path = tmp_path / "00000000000000001000.index"
+    index = OffsetIndex(path, BASE, 8 * 10_000, writable=True)
+    for i in range(3000):  # 24 KB of entries: three 8 KB chunks
+        index.append(BASE + 2 * i, 10 * i)
+    index.truncate_to(BASE + 2 * 1500)
+    for i in range(1500, 2500):
+        index.append(BASE + 2 * i + 1, 10 * i + 5)
+    index.flush()
+    index.close()  # trims the file to its entries
+    reopened = OffsetIndex(path, BASE, 8 * 10_000, writable=False)
+    expected = [(2 * i, 10 * i) for i in range(1500)] + [(2 * i + 1, 10 * i + 5)
+                                                         for i in range(1500, 2500)]
+    assert list(reopened.iter_raw()) == expected
+    reopened.close()
+    with open(path, "rb") as f:
+        assert os.lseek(f.fileno(), 0, os.SEEK_HOLE) == os.path.getsize(path)
+
+
+def test_time_entries_across_write_ahead_chunks(tmp_path):
+    path = tmp_path / "00000000000000001000.timeindex"
+    index = TimeIndex(path, BASE, 12 * 5000, writable=True)
+    for i in range(2000):  # 12-byte entries: some straddle a chunk's end
+        index.maybe_append(1_700_000_000_000 + i, BASE + i)
+    index.close()
+    reopened = TimeIndex(path, BASE, 12 * 5000, writable=False)
+    assert list(reopened.iter_raw()) == [(1_700_000_000_000 + i, i) for i in range(2000)]
+    reopened.close()
