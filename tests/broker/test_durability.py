@@ -9,6 +9,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from pylog.broker.meta import read_meta
 from pylog.testing.broker import BrokerProcess
+from pylog.testing.waiting import wait_until
 
 
 @pytest.fixture
@@ -91,7 +92,9 @@ def test_sigkill_loses_nothing_acknowledged(own_broker):
     produce(own_broker.bootstrap, "crash", 0, 3000)
     own_broker.kill()
     own_broker.start()
-    assert "unclean" in own_broker.log_text()
+    # The port opens before the logs are loaded: wait for the recovery's line.
+    wait_until(lambda: "unclean" in own_broker.log_text(), timeout=60,
+               message="the restarted broker to load its logs after an unclean shutdown")
     produce(own_broker.bootstrap, "crash", 3000, 500)
     assert sorted(consume_all(own_broker.bootstrap, "crash")) == sorted(expected(3500))
 
