@@ -17,10 +17,11 @@ standalone broker answers at once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from pylog.broker.partitions import PartitionLogs
+from pylog.broker.produce import PartitionWaits
 from pylog.broker.replica import PartitionReplica, Role
 from pylog.errors import (
     KafkaError, NotLeaderOrFollowerError, OffsetOutOfRangeError, RequestTimedOutError)
@@ -40,33 +41,22 @@ class PendingDeletion:
     offset: int  # what every in-sync replica's log start must reach
 
 
-@dataclass
-class DeleteRecordsWork:
+class DeleteRecordsWork(PartitionWaits):
     """A DeleteRecords waiting for the in-sync replicas to take the new log starts."""
 
-    response: dict
-    pending: dict[TopicPartition, PendingDeletion]
-    deadline: float  # clock seconds
-    partitions: list[TopicPartition] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.partitions = list(self.pending)
-
-    def attempt(self, final: bool) -> dict | None:
-        for tp, waiting in list(self.pending.items()):
-            role, epoch, _ = waiting.replica.role_snapshot()
-            if role is not Role.LEADER or epoch != waiting.leader_epoch:
-                waiting.result["error_code"] = NotLeaderOrFollowerError.errno
-            else:
-                low = waiting.replica.low_watermark()
-                if low >= waiting.offset:
-                    waiting.result["low_watermark"] = low
-                elif final:
-                    waiting.result["error_code"] = RequestTimedOutError.errno
-                else:
-                    continue
-            del self.pending[tp]
-        return None if self.pending else self.response
+    def settle(self, waiting: PendingDeletion, final: bool) -> bool:
+        role, epoch, _ = waiting.replica.role_snapshot()
+        if role is not Role.LEADER or epoch != waiting.leader_epoch:
+            waiting.result["error_code"] = NotLeaderOrFollowerError.errno
+            return True
+        low = waiting.replica.low_watermark()
+        if low >= waiting.offset:
+            waiting.result["low_watermark"] = low
+        elif final:
+            waiting.result["error_code"] = RequestTimedOutError.errno
+        else:
+            return False
+        return True
 
 
 class DeleteRecordsHandler:

@@ -62,12 +62,13 @@ class PendingAppend:
 
 
 @dataclass
-class ProduceWork:
-    """An acks=all Produce whose appends wait for the ISR; ``attempt`` until it returns
-    the response body."""
+class PartitionWaits:
+    """A request parked until each of its partitions is settled: ``attempt`` until it
+    returns the response body. ``settle`` says whether one partition is done (its result
+    filled in) or still waiting."""
 
     response: dict
-    pending: dict[TopicPartition, PendingAppend]
+    pending: dict[TopicPartition, object]
     deadline: float  # clock seconds
     partitions: list[TopicPartition] = field(default_factory=list)
 
@@ -76,13 +77,24 @@ class ProduceWork:
 
     def attempt(self, final: bool) -> dict | None:
         for tp, waiting in list(self.pending.items()):
-            error = still_waiting(waiting, final)
-            if error is False:
-                continue
-            if error is not None:
-                waiting.result.update(error_code=error.errno, error_message=str(error))
-            del self.pending[tp]
+            if self.settle(waiting, final):
+                del self.pending[tp]
         return None if self.pending else self.response
+
+    def settle(self, waiting, final: bool) -> bool:
+        raise NotImplementedError
+
+
+class ProduceWork(PartitionWaits):
+    """An acks=all Produce whose appends wait for the ISR."""
+
+    def settle(self, waiting: PendingAppend, final: bool) -> bool:
+        error = still_waiting(waiting, final)
+        if error is False:
+            return False
+        if error is not None:
+            waiting.result.update(error_code=error.errno, error_message=str(error))
+        return True
 
 
 def still_waiting(waiting: PendingAppend, final: bool):
