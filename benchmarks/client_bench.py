@@ -26,6 +26,7 @@ runs too, for the cost of the keys. Prints the medians and the ratios.
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 import tempfile
@@ -74,10 +75,16 @@ def pylog_produce(bootstrap: str, topic: str, count: int, how: str = "send") -> 
     return count / elapsed
 
 
-def confluent_produce(bootstrap: str, topic: str, count: int) -> float:
-    producer = confluent_kafka.Producer({
-        "bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5, "batch.size": BATCH_SIZE,
-        "queue.buffering.max.messages": 2_000_000, "log_level": 3})
+def confluent_produce(bootstrap: str, topic: str, count: int,
+                      keys: list[bytes] | None = None) -> float:
+    """msgs/s of confluent-kafka: ``count`` values to partition 0, or with ``keys`` one
+    value per key, placed by ``murmur2_random`` (as the Java client places them)."""
+    settings = {"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5,
+                "batch.size": BATCH_SIZE, "queue.buffering.max.messages": 2_000_000,
+                "log_level": 3}
+    if keys is not None:
+        settings["partitioner"] = "murmur2_random"
+    producer = confluent_kafka.Producer(settings)
     failed = []
 
     def report(err, msg):
@@ -86,21 +93,24 @@ def confluent_produce(bootstrap: str, topic: str, count: int) -> float:
 
     producer.produce(topic, VALUE, partition=0)
     producer.flush(30)
+    produce, poll = producer.produce, producer.poll
     start = time.perf_counter()
-    for _ in range(count):
+    for key in keys if keys is not None else itertools.repeat(None, count):
         while True:
             try:
-                producer.produce(topic, VALUE, partition=0, on_delivery=report)
+                if key is None:
+                    produce(topic, VALUE, partition=0, on_delivery=report)
+                else:
+                    produce(topic, VALUE, key, on_delivery=report)
                 break
             except BufferError:
-                producer.poll(0.01)
-        producer.poll(0)
+                poll(0.01)
+        poll(0)
     producer.flush(120)
     elapsed = time.perf_counter() - start
     if failed:
         raise SystemExit(f"confluent producer: {len(failed)} sends failed: {failed[0]}")
-    return count / elapsed
-
+    return (count if keys is None else len(keys)) / elapsed
 
 KEYED_PARTITIONS = 4
 
@@ -133,35 +143,6 @@ def pylog_produce_keyed(bootstrap: str, topic: str, keys: list[bytes], use_keys:
     return count / elapsed
 
 
-def confluent_produce_keyed(bootstrap: str, topic: str, keys: list[bytes]) -> float:
-    producer = confluent_kafka.Producer({
-        "bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5, "batch.size": BATCH_SIZE,
-        "queue.buffering.max.messages": 2_000_000, "partitioner": "murmur2_random", "log_level": 3})
-    failed = []
-
-    def report(err, msg):
-        if err is not None:
-            failed.append(err)
-
-    producer.produce(topic, VALUE, partition=0)
-    producer.flush(30)
-    produce, poll = producer.produce, producer.poll
-    start = time.perf_counter()
-    for key in keys:
-        while True:
-            try:
-                produce(topic, VALUE, key, on_delivery=report)
-                break
-            except BufferError:
-                poll(0.01)
-        poll(0)
-    producer.flush(120)
-    elapsed = time.perf_counter() - start
-    if failed:
-        raise SystemExit(f"confluent producer (keyed): {len(failed)} sends failed: {failed[0]}")
-    return len(keys) / elapsed
-
-
 def keyed(bootstrap: str, n: int, rounds: int) -> None:
     keys = [b"key-%d" % i for i in range(n)]
     with Admin(bootstrap) as admin:
@@ -170,7 +151,7 @@ def keyed(bootstrap: str, n: int, rounds: int) -> None:
           f"batch 64 KB, {KEYED_PARTITIONS} partitions; median of {rounds} rounds, the clients taking turns")
     rates: dict[str, list[float]] = {}
     for _ in range(rounds):
-        rates.setdefault("confluent", []).append(confluent_produce_keyed(bootstrap, "keyed", keys))
+        rates.setdefault("confluent", []).append(confluent_produce(bootstrap, "keyed", len(keys), keys))
         rates.setdefault("keyed", []).append(pylog_produce_keyed(bootstrap, "keyed", keys))
         rates.setdefault("keyless", []).append(pylog_produce_keyed(bootstrap, "keyed", keys, use_keys=False))
     medians = {name: statistics.median(values) for name, values in rates.items()}
