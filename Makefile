@@ -33,7 +33,7 @@ debs:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEBS); \
 	fi
 
-$(STAMP): pyproject.toml setup.py pylog/records/_speedups.c
+$(STAMP): pyproject.toml setup.py pylog/records/_speedups.c pylog/protocol/_speedups.c
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e ".[all]"

@@ -21,6 +21,7 @@ broker's versions can read them.
 
 from __future__ import annotations
 
+import os
 import struct
 from typing import Any, NamedTuple
 
@@ -28,6 +29,11 @@ from pylog.errors import InvalidRequestError, UnsupportedVersionError
 from pylog.protocol import primitives as p
 from pylog.protocol.messages import MESSAGES, ApiKey
 from pylog.protocol.schema import ChunkedOutput, Message
+
+try:
+    from pylog.protocol import _speedups
+except ImportError:  # built without a C compiler: the generated codec reads everything
+    _speedups = None
 
 SIZE = p.INT32
 # api_key, api_version, correlation_id and the client_id's length: the fixed start of
@@ -141,9 +147,32 @@ def _decode_request_generally(payload) -> Request:
     message = MESSAGES[header.api_key]
     codec = message.request_codec(header.api_version)
     body, _ = codec.read(payload, offset)
-    _REQUEST_CODECS[header.api_key, header.api_version] = (
-        codec, message.is_flexible(header.api_version))
+    flexible = message.is_flexible(header.api_version)
+    if header.api_key == ApiKey.PRODUCE and header.api_version >= 3 and native_produce():
+        codec = _NativeProduceBody(codec, flexible)
+    _REQUEST_CODECS[header.api_key, header.api_version] = (codec, flexible)
     return Request(header, body)
+
+
+def native_produce() -> bool:
+    """Whether Produce request bodies are read in C: the extension is built and
+    ``$PYLOG_PROTOCOL_SPEEDUPS`` is not ``0`` (the tests run both readers)."""
+    return _speedups is not None and os.environ.get("PYLOG_PROTOCOL_SPEEDUPS", "1") != "0"
+
+
+class _NativeProduceBody:
+    """A Produce request body codec whose ``read`` runs the C reader, and the generated
+    codec for what the C reader leaves to it (anything malformed or unusual: see
+    ``pylog/protocol/_speedups.c``). Both give the same body for the same bytes."""
+
+    __slots__ = ("codec", "flexible")
+
+    def __init__(self, codec, flexible: bool) -> None:
+        self.codec = codec
+        self.flexible = flexible
+
+    def read(self, buf, offset: int):
+        return _speedups.produce_body(buf, offset, self.flexible) or self.codec.read(buf, offset)
 
 
 def encode_request(api_key: int, api_version: int, correlation_id: int,
