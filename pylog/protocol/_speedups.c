@@ -197,6 +197,39 @@ fail:
     return NULL;
 }
 
+/* The body from r->pos: (body, end), NULL with no exception set when not the common
+ * case, NULL with an exception set on a real failure. */
+static PyObject *read_body(Reader *r, PyObject *buf) {
+    PyObject *body = PyDict_New(), *topics = NULL, *result = NULL;
+    int16_t acks;
+    int32_t timeout_ms;
+    Py_ssize_t count;
+    if (body == NULL)
+        return NULL;
+    if (set_item(body, k_transactional_id, read_string(r, 1)) < 0
+            || read_i16(r, &acks) < 0 || read_i32(r, &timeout_ms) < 0
+            || set_item(body, k_acks, PyLong_FromLong(acks)) < 0
+            || set_item(body, k_timeout_ms, PyLong_FromLong(timeout_ms)) < 0
+            || read_count(r, &count) < 0)
+        goto done;
+    topics = PyList_New(count);
+    if (topics == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *topic = read_topic(r, buf);
+        if (topic == NULL)
+            goto done;
+        PyList_SET_ITEM(topics, i, topic);
+    }
+    if (read_no_tags(r) < 0 || PyDict_SetItem(body, k_topic_data, topics) < 0)
+        goto done;
+    result = Py_BuildValue("(On)", body, r->pos);
+done:
+    Py_XDECREF(topics);
+    Py_DECREF(body);
+    return result;
+}
+
 static PyObject *produce_body(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) {
         PyErr_SetString(PyExc_TypeError, "produce_body(buf, offset, flexible)");
@@ -212,39 +245,80 @@ static PyObject *produce_body(PyObject *module, PyObject *const *args, Py_ssize_
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
         return NULL;
     Reader r = {view.buf, view.len, offset, flexible};
-    PyObject *body = NULL, *topics = NULL, *result = NULL;
-    int16_t acks;
-    int32_t timeout_ms;
-    Py_ssize_t count;
-    if (offset < 0 || offset > view.len)
-        goto done;
-    body = PyDict_New();
-    if (body == NULL)
-        goto done;
-    if (set_item(body, k_transactional_id, read_string(&r, 1)) < 0
-            || read_i16(&r, &acks) < 0 || read_i32(&r, &timeout_ms) < 0
-            || set_item(body, k_acks, PyLong_FromLong(acks)) < 0
-            || set_item(body, k_timeout_ms, PyLong_FromLong(timeout_ms)) < 0
-            || read_count(&r, &count) < 0)
-        goto done;
-    topics = PyList_New(count);
-    if (topics == NULL)
-        goto done;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *topic = read_topic(&r, args[0]);
-        if (topic == NULL)
-            goto done;
-        PyList_SET_ITEM(topics, i, topic);
-    }
-    if (read_no_tags(&r) < 0 || PyDict_SetItem(body, k_topic_data, topics) < 0)
-        goto done;
-    result = Py_BuildValue("(On)", body, r.pos);
-done:
-    Py_XDECREF(topics);
-    Py_XDECREF(body);
+    PyObject *result = offset < 0 || offset > view.len ? NULL : read_body(&r, args[0]);
     PyBuffer_Release(&view);
     if (result == NULL && !PyErr_Occurred())
         Py_RETURN_NONE;  /* not the common case: the generated codec decides */
+    return result;
+}
+
+/* A tuple subclass instance (a named tuple) of ``type`` holding the n values, which it
+ * takes over. */
+static PyObject *named_tuple(PyObject *type, Py_ssize_t n, PyObject **values) {
+    PyObject *fields = PyTuple_New(n);
+    if (fields == NULL) {
+        for (Py_ssize_t i = 0; i < n; i++)
+            Py_XDECREF(values[i]);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (values[i] == NULL) {
+            for (Py_ssize_t j = i + 1; j < n; j++)
+                Py_XDECREF(values[j]);
+            Py_DECREF(fields);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(fields, i, values[i]);
+    }
+    PyObject *args = PyTuple_Pack(1, fields);
+    Py_DECREF(fields);
+    if (args == NULL)
+        return NULL;
+    PyObject *instance = PyTuple_Type.tp_new((PyTypeObject *)type, args, NULL);
+    Py_DECREF(args);
+    return instance;
+}
+
+static PyObject *produce_request(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyType_Check(args[2]) || !PyType_Check(args[3])
+            || !PyType_IsSubtype((PyTypeObject *)args[2], &PyTuple_Type)
+            || !PyType_IsSubtype((PyTypeObject *)args[3], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "produce_request(frame, flexible, header_type, request_type)");
+        return NULL;
+    }
+    int flexible = PyObject_IsTrue(args[1]);
+    if (flexible < 0)
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    /* The request header (v1, or v2 when flexible): the client_id is a nullable string
+     * with an int16 length even in v2. */
+    Reader r = {view.buf, view.len, 0, 0};
+    int16_t api_key, api_version;
+    int32_t correlation_id;
+    PyObject *client_id = NULL, *decoded = NULL, *result = NULL;
+    if (read_i16(&r, &api_key) < 0 || api_key != 0 || read_i16(&r, &api_version) < 0
+            || read_i32(&r, &correlation_id) < 0
+            || (client_id = read_string(&r, 1)) == NULL)
+        goto done;
+    r.flexible = flexible;
+    if (read_no_tags(&r) < 0 || (decoded = read_body(&r, args[0])) == NULL)
+        goto done;
+    PyObject *header_values[4] = {PyLong_FromLong(api_key), PyLong_FromLong(api_version),
+                                  PyLong_FromLong(correlation_id), Py_NewRef(client_id)};
+    PyObject *header = named_tuple(args[2], 4, header_values);
+    if (header == NULL)
+        goto done;
+    PyObject *request_values[2] = {header, Py_NewRef(PyTuple_GET_ITEM(decoded, 0))};
+    result = named_tuple(args[3], 2, request_values);
+done:
+    Py_XDECREF(client_id);
+    Py_XDECREF(decoded);
+    PyBuffer_Release(&view);
+    if (result == NULL && !PyErr_Occurred())
+        Py_RETURN_NONE;  /* not the common case: the general path decides */
     return result;
 }
 
@@ -252,6 +326,10 @@ static PyMethodDef methods[] = {
     {"produce_body", (PyCFunction)(void (*)(void))produce_body, METH_FASTCALL,
      "produce_body(buf, offset, flexible) -> (body, end) or None: a Produce request body "
      "v3-v11 as the generated codec reads it, or None outside the common case"},
+    {"produce_request", (PyCFunction)(void (*)(void))produce_request, METH_FASTCALL,
+     "produce_request(frame, flexible, header_type, request_type) -> request or None: a "
+     "whole Produce request frame (without its size) as decode_request gives it, or None "
+     "outside the common case"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -124,6 +124,10 @@ def decode_request(payload) -> Request:
         codec, flexible = _REQUEST_CODECS[api_key, api_version]
     except (struct.error, KeyError):
         return _decode_request_generally(payload)
+    if codec.__class__ is _NativeProduceBody:
+        request = _speedups.produce_request(payload, flexible, RequestHeader, Request)
+        if request is not None:
+            return request
     if length == -1:
         client_id, offset = None, 10
     else:
@@ -163,7 +167,9 @@ def native_produce() -> bool:
 class _NativeProduceBody:
     """A Produce request body codec whose ``read`` runs the C reader, and the generated
     codec for what the C reader leaves to it (anything malformed or unusual: see
-    ``pylog/protocol/_speedups.c``). Both give the same body for the same bytes."""
+    ``pylog/protocol/_speedups.c``). Both give the same body for the same bytes.
+    :func:`decode_request` reads a whole Produce frame, header too, in C when its codec
+    is this one."""
 
     __slots__ = ("codec", "flexible")
 

@@ -13,9 +13,11 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from pylog.errors import InvalidRequestError
+from pylog.errors import InvalidRequestError, UnsupportedVersionError
 from pylog.protocol import ApiKey, _speedups, encode_request
-from pylog.protocol.framing import _NativeProduceBody, _REQUEST_CODECS, decode_request
+from pylog.protocol.framing import (
+    _REQUEST_CODECS, Request, RequestHeader, _NativeProduceBody, decode_request,
+    decode_request_header)
 from pylog.protocol.messages import MESSAGES
 
 VERSIONS = range(3, 12)
@@ -152,3 +154,56 @@ def test_with_the_switch_off_the_generated_codec_reads_them() -> None:
     assert out.returncode == 0, out.stderr
     name, records = out.stdout.split()
     assert name != "_NativeProduceBody" and records == "b'r'"
+
+
+def _frame_of(version: int, correlation_id: int, client_id, body: dict) -> memoryview:
+    return memoryview(encode_request(ApiKey.PRODUCE, version, correlation_id, client_id, body))[4:]
+
+
+def _generic_request(frame: memoryview):
+    """The request as the general path decodes it: the header in Python, the body by the
+    generated codec."""
+    header, offset = decode_request_header(frame)
+    if header.api_key != ApiKey.PRODUCE:  # damage made it another kind: not the C reader's
+        raise InvalidRequestError(f"api key {header.api_key}")
+    body, _ = _generated(header.api_version).read(frame, offset)
+    return Request(header, body)
+
+
+@settings(max_examples=300, deadline=None)
+@given(version=st.sampled_from(VERSIONS), correlation_id=int32,
+       client_id=st.none() | st.text(max_size=30), body=bodies())
+def test_whole_frames_decode_as_the_general_path_does(version, correlation_id, client_id,
+                                                      body) -> None:
+    frame = _frame_of(version, correlation_id, client_id, body)
+    native = _speedups.produce_request(frame, version >= 9, RequestHeader, Request)
+    expected = _generic_request(frame)
+    assert type(native) is Request and type(native.header) is RequestHeader
+    assert native.header == expected.header == (0, version, correlation_id, client_id)
+    assert _plain(native.body) == _plain(expected.body) == body
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(version=st.sampled_from(VERSIONS), client_id=st.none() | st.text(max_size=10),
+       body=bodies(), data=st.data())
+def test_damaged_frames_get_the_general_answer_or_none(version, client_id, body, data) -> None:
+    raw = bytearray(_frame_of(version, 5, client_id, body))
+    for _ in range(data.draw(st.integers(1, 4))):
+        raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
+    frame = memoryview(bytes(raw[:data.draw(st.integers(0, len(raw)))]))
+    native = _speedups.produce_request(frame, version >= 9, RequestHeader, Request)
+    try:
+        expected = _generic_request(frame)
+    except (InvalidRequestError, UnsupportedVersionError):
+        assert native is None
+        return
+    if native is not None:
+        assert native.header == expected.header
+        assert _plain(native.body) == _plain(expected.body)
+
+
+def test_frames_of_other_kinds_are_not_read_as_produce() -> None:
+    frame = memoryview(encode_request(ApiKey.METADATA, 9, 1, "me", {
+        "topics": None, "allow_auto_topic_creation": False,
+        "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False}))[4:]
+    assert _speedups.produce_request(frame, True, RequestHeader, Request) is None
