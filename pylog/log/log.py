@@ -354,7 +354,9 @@ class Log:
         and those of them with a producer id."""
         view = memoryview(records).cast("B")
         batches = validate_append(view, self.config)
-        if not allow_transactional and any(h.is_transactional for _, h in batches):
+        # Only a batch with a producer id can be transactional (validate_append sees to it).
+        idempotent = [h for _, h in batches if h.producer_id >= 0]
+        if idempotent and not allow_transactional and any(h.is_transactional for h in idempotent):
             raise TransactionalIdAuthorizationFailedError(
                 "transactional batches need the transactional id of their producer in the "
                 "Produce request")
@@ -364,7 +366,7 @@ class Log:
         if leader_epoch is not None:
             for position, _ in batches:
                 set_partition_leader_epoch(buf, position, leader_epoch)
-        return buf, batches, [h for _, h in batches if h.producer_id >= 0]
+        return buf, batches, idempotent
 
     def _write_idempotent(self, item: PreparedAppend, leader_epoch: int | None,
                           results: list) -> int | None:

@@ -25,7 +25,7 @@ from pylog.errors import (
 from pylog.log.config import LogConfig
 from pylog.records.filtering import scan_records
 from pylog.records.header import (
-    CONTROL_BIT, LOG_OVERHEAD, TRANSACTIONAL_BIT, BatchHeader, iter_batch_headers)
+    CONTROL_BIT, LOG_OVERHEAD, TRANSACTIONAL_BIT, BatchHeader, checked_batch_headers)
 
 
 class UnexpectedAppendOffsetError(OffsetOutOfRangeError):
@@ -49,16 +49,15 @@ def validate_append(view: memoryview, config: LogConfig, *,
     if len(view) > config.segment_bytes:
         raise RecordListTooLargeError(
             f"{len(view)} bytes of records exceed the segment size {config.segment_bytes}")
-    batches = []
+    batches = checked_batch_headers(view)
     max_batch_size = config.max_batch_size
-    for position, header in iter_batch_headers(view, verify_crc=True):
+    for position, header in batches:
         last_offset_delta, records_count = header.last_offset_delta, header.records_count
         if not check_batch_size:
             if last_offset_delta < 0 or not 0 <= records_count <= last_offset_delta + 1:
                 raise CorruptRecordError(
                     f"batch at position {position}: lastOffsetDelta {last_offset_delta}, "
                     f"recordsCount {records_count}")
-            batches.append((position, header))
             continue
         if header.batch_length + LOG_OVERHEAD > max_batch_size:
             raise MessageTooLargeError(
@@ -83,7 +82,6 @@ def validate_append(view: memoryview, config: LogConfig, *,
                     f"batch at position {position} is transactional without a producer id")
         if config.compact:
             _check_keys(view, position, header)
-        batches.append((position, header))
     return batches
 
 

@@ -5,6 +5,7 @@ from hypothesis import strategies as st
 
 from pylog.errors import CorruptRecordError
 from pylog.records import Compression, Record, build_batch, decode_batch, decode_columns, iter_records
+from pylog.records.header import checked_batch_headers, iter_batch_headers
 from tests.examples import examples
 
 int64 = st.integers(-(2**63), 2**63 - 1)
@@ -72,3 +73,27 @@ def _decode_everything(buf: bytes) -> None:
             decode()
         except CorruptRecordError:
             pass
+
+
+def _walk(walker, buf):
+    try:
+        return [(pos, tuple(header)) for pos, header in walker(buf)]
+    except CorruptRecordError as error:
+        return type(error), str(error)
+
+
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_the_inlined_header_walk_matches_the_generator(data):
+    """``checked_batch_headers`` (the broker's validation walk) gives what
+    ``list(iter_batch_headers(...))`` gives, the same headers or the same error, on
+    back-to-back batches with bytes changed and cut anywhere."""
+    batches = [build_batch([(None, v, (), 1) for v in values])
+               for values in data.draw(st.lists(st.lists(st.binary(max_size=20), min_size=1,
+                                                         max_size=4), min_size=1, max_size=4))]
+    buf = bytearray(b"".join(batches))
+    for _ in range(data.draw(st.integers(0, 3))):
+        buf[data.draw(st.integers(0, len(buf) - 1))] = data.draw(st.integers(0, 255))
+    buf = buf[:data.draw(st.integers(0, len(buf)))]
+    assert _walk(checked_batch_headers, buf) == _walk(
+        lambda b: list(iter_batch_headers(b, verify_crc=True)), buf)
