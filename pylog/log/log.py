@@ -48,7 +48,7 @@ from pylog.log.config import LogConfig
 from pylog.log.leader_epoch import EpochEntry, LeaderEpochCache
 from pylog.log.loader import (
     RECOVERY_MAX_BATCH, load_leader_epochs, load_producer_state, load_segments)
-from pylog.log.producer_state import BatchMetadata, ProducerStateManager
+from pylog.log.producer_state import BatchMetadata, ProducerStateManager, continues_unwritten
 from pylog.log.producers import AssignedBatch, LogProducers
 from pylog.log.transaction_index import AbortedTxn
 from pylog.log.results import AppendInfo, FileRegion, ReadResult
@@ -311,8 +311,10 @@ class Log:
         Group commit: the requests a connection pipelined arrive together, and each run of
         them without producer ids is written with one system call (up to ``MAX_RUN``
         requests, never more than fits the active segment, so segments roll as they
-        would). A batch with a producer id is checked against the producer state, and
-        written, on its own, in its turn.
+        would). A request with producer ids is checked against the producer state in its
+        turn and joins the run if it continues the sequences of the run's unwritten
+        batches of its producers (a producer pipelining); any other (a retry that may be a
+        duplicate, a new epoch, a gap) is checked once the run before it is written.
         """
         results: list[AppendInfo | KafkaError | None] = [None] * len(appends)
         prepared = []
@@ -330,19 +332,32 @@ class Log:
             segment_bytes = self.config.segment_bytes
             run: list[PreparedAppend] = []
             run_bytes = 0
+            # Producer id -> (epoch, last sequence) of the run's batches, checked but not
+            # written yet.
+            unwritten: dict[int, tuple[int, int]] = {}
             for item in prepared:
-                _, buf, _, idempotent = item
-                if run and (idempotent or len(run) == MAX_RUN
-                            or self.active_segment.size + run_bytes + len(buf) > segment_bytes):
-                    rolled_at = self._write_run(run, leader_epoch, results) or rolled_at
-                    run, run_bytes = [], 0
+                index, buf, _, idempotent = item
+                if run and (len(run) == MAX_RUN
+                            or self.active_segment.size + run_bytes + len(buf) > segment_bytes
+                            or (idempotent and unwritten
+                                and not continues_unwritten(idempotent, unwritten))):
+                    rolled_at = self._write_run(run, leader_epoch, results,
+                                                record_producers=bool(unwritten)) or rolled_at
+                    run, run_bytes, unwritten = [], 0, {}
                 if idempotent:
-                    rolled_at = self._write_idempotent(item, leader_epoch, results) or rolled_at
-                else:
-                    run.append(item)
-                    run_bytes += len(buf)
+                    try:
+                        duplicate = self._producers.check(idempotent, unwritten)
+                    except KafkaError as error:
+                        results[index] = error
+                        continue
+                    if duplicate is not None:
+                        results[index] = self._duplicate_appended(duplicate)
+                        continue
+                run.append(item)
+                run_bytes += len(buf)
             if run:
-                rolled_at = self._write_run(run, leader_epoch, results) or rolled_at
+                rolled_at = self._write_run(run, leader_epoch, results,
+                                            record_producers=bool(unwritten)) or rolled_at
         self._after_append(rolled_at)
         return results
 
@@ -367,20 +382,6 @@ class Log:
             for position, _ in batches:
                 set_partition_leader_epoch(buf, position, leader_epoch)
         return buf, batches, idempotent
-
-    def _write_idempotent(self, item: PreparedAppend, leader_epoch: int | None,
-                          results: list) -> int | None:
-        """Under the lock: one request with producer ids, checked, written and recorded."""
-        index, _, _, idempotent = item
-        try:
-            duplicate = self._producers.check(idempotent)
-        except KafkaError as error:
-            results[index] = error
-            return None
-        if duplicate is not None:
-            results[index] = self._duplicate_appended(duplicate)
-            return None
-        return self._write_run([item], leader_epoch, results, record_producers=True)
 
     def _write_run(self, run: list[PreparedAppend], leader_epoch: int | None, results: list,
                    *, record_producers: bool = False) -> int | None:

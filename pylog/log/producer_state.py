@@ -50,6 +50,24 @@ def next_sequence(sequence: int, delta: int = 1) -> int:
     return (sequence + delta) % (MAX_SEQUENCE + 1)
 
 
+def continues_unwritten(headers: list[BatchHeader],
+                        unwritten: dict[int, tuple[int, int]]) -> bool:
+    """Whether every batch of ``headers`` whose producer has unwritten batches (producer
+    id -> (epoch, last sequence)) continues them: the same epoch, the next sequence. Such
+    a batch can be checked against them (``ProducerStateManager.check``) before they are
+    written: it cannot repeat a written batch, whose sequences all come before. Any
+    other (a retry, a new epoch, a gap) is checked once they are written."""
+    following = dict(unwritten)
+    for header in headers:
+        last = following.get(header.producer_id)
+        if last is not None:
+            if header.producer_epoch != last[0] or header.base_sequence != next_sequence(last[1]):
+                return False
+            following[header.producer_id] = (
+                last[0], next_sequence(header.base_sequence, header.last_offset_delta))
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class BatchMetadata:
     """One appended batch of a producer: its sequence range and where it landed."""
@@ -162,13 +180,20 @@ class ProducerStateManager:
     def __len__(self) -> int:
         return len(self.producers)
 
-    def check(self, headers: list[BatchHeader]) -> BatchMetadata | None:
+    def check(self, headers: list[BatchHeader],
+              unwritten: dict[int, tuple[int, int]] | None = None) -> BatchMetadata | None:
         """Check a leader's batches before they are written. Returns the kept batch a
         duplicate repeats (then nothing may be written, as in Kafka), else None.
 
         Raises InvalidProducerEpochError or OutOfOrderSequenceNumberError. Several
-        batches of one producer in one append are checked as a sequence."""
-        pending: dict[int, tuple[int, int]] = {}  # producer id -> (epoch, last seq) so far
+        batches of one producer in one append are checked as a sequence.
+
+        ``unwritten`` (producer id -> (epoch, last sequence)) holds batches checked but
+        not written yet (a group commit's): the batches are checked as following them,
+        and, if they pass and are no duplicate, added to them. The caller sees to it that
+        a batch checked this way could not be a duplicate (see ``continues_unwritten``)."""
+        # producer id -> (epoch, last seq) so far
+        pending: dict[int, tuple[int, int]] = {} if unwritten is None else dict(unwritten)
         for header in headers:
             producer_id = header.producer_id
             if producer_id < 0 or header.is_control:
@@ -186,6 +211,8 @@ class ProducerStateManager:
             if current is not None:
                 _check_sequence(producer_id, current[0], current[1], epoch, first_seq)
             pending[producer_id] = (epoch, last_seq)
+        if unwritten is not None:
+            unwritten.update(pending)
         return None
 
     def apply(self, header: BatchHeader, base_offset: int) -> None:

@@ -47,10 +47,11 @@ class LogProducers:
 
     # -- appends ------------------------------------------------------------------------
 
-    def check(self, headers: list[BatchHeader]) -> BatchMetadata | None:
+    def check(self, headers: list[BatchHeader],
+              unwritten: dict[int, tuple[int, int]] | None = None) -> BatchMetadata | None:
         """Check a leader's batches with a producer id (see ``ProducerStateManager.check``);
         the kept batch they duplicate, if they do."""
-        return self.state.check(headers)
+        return self.state.check(headers, unwritten)
 
     def record(self, assigned: Sequence[AssignedBatch], txn_index: TransactionIndex,
                buf: bytes | bytearray | memoryview | None = None) -> None:

@@ -37,10 +37,12 @@ def _corrupt(records: bytes) -> bytes:
 def requests(draw) -> list[tuple[bytes, bool]]:
     """Produce requests' records for one partition, as one connection pipelines them."""
     out = []
-    sequence = 0
+    sequence = other_sequence = 0
+    sent: list[tuple[int, int]] = []  # producer 7's batches so far: (first sequence, count)
     for tag in range(draw(st.integers(1, 30))):
         kind = draw(st.sampled_from(["plain", "plain", "plain", "two", "corrupt", "empty",
-                                     "idempotent", "duplicate", "gap", "transactional"]))
+                                     "idempotent", "idempotent", "idempotent", "duplicate",
+                                     "older", "gap", "transactional", "other", "both"]))
         count = draw(st.integers(1, 6))
         allow_transactional = True
         if kind == "plain":
@@ -53,9 +55,21 @@ def requests(draw) -> list[tuple[bytes, bool]]:
             records = b""
         elif kind == "idempotent":
             records = _idempotent(7, sequence, count)
+            sent.append((sequence, count))
             sequence += count
         elif kind == "duplicate":  # the producer's last batch again
             records = _idempotent(7, max(sequence - count, 0), count)
+        elif kind == "older":  # a retry of any earlier batch (or of a never-sent one)
+            first, count = draw(st.sampled_from(sent)) if sent else (0, count)
+            records = _idempotent(7, first, count)
+        elif kind == "other":  # a second producer, pipelining too
+            records = _idempotent(8, other_sequence, count)
+            other_sequence += count
+        elif kind == "both":  # both producers' next batches in one request
+            records = _idempotent(7, sequence, count) + _idempotent(8, other_sequence, 1)
+            sent.append((sequence, count))
+            sequence += count
+            other_sequence += 1
         elif kind == "gap":
             records = _idempotent(7, sequence + 5, count)
         else:
@@ -78,7 +92,7 @@ def _outcome(result):
     return result
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(appends=requests(), writable=st.booleans())
 def test_append_many_equals_appending_one_by_one(tmp_path_factory, appends, writable) -> None:
     root = tmp_path_factory.mktemp("many")
@@ -99,6 +113,7 @@ def test_append_many_equals_appending_one_by_one(tmp_path_factory, appends, writ
         assert grouped.log_end_offset == single.log_end_offset
         assert grouped.epoch_entries == single.epoch_entries
         assert grouped.producer_state(7) == single.producer_state(7)
+        assert grouped.producer_state(8) == single.producer_state(8)
     finally:
         grouped.close()
         single.close()
@@ -138,3 +153,33 @@ def test_a_closed_log_refuses_the_whole_call(tmp_path) -> None:
     log.close()
     with pytest.raises(KafkaError):
         log.append_many([(make_batch(1), True)])
+
+
+def test_a_pipelining_idempotent_producer_is_written_with_one_call(tmp_path, monkeypatch) -> None:
+    """Requests of idempotent producers that continue their sequences share one write;
+    a retry among them (it may be a duplicate) is checked after the run before it is
+    written, and answered with the offsets it was first written at."""
+    log = Log.open(tmp_path / "t-0", LogConfig(retention_ms=None))
+    writes = []
+    real_pwritev = os.pwritev
+    monkeypatch.setattr(os, "pwritev", lambda fd, buffers, offset: writes.append(len(buffers))
+                        or real_pwritev(fd, buffers, offset))
+    try:
+        first = log.append_many([(_idempotent(7, i, 1), True) for i in range(50)]
+                                + [(_idempotent(8, 0, 2), True), (_idempotent(7, 50, 1), True)])
+        assert [r.first_offset for r in first] == list(range(50)) + [50, 52]
+        assert writes == [52]
+        writes.clear()
+        second = log.append_many([(_idempotent(7, 51, 1), True), (_idempotent(7, 3, 1), True),
+                                  (_idempotent(7, 52, 1), True)])
+        # The retry of sequence 3 is older than the five batches kept: out of order.
+        assert second[0].first_offset == 53 and isinstance(second[1], OutOfOrderSequenceNumberError)
+        assert second[2].first_offset == 54
+        assert writes == [1, 1]  # the run before the retry, then the one after it
+        writes.clear()
+        third = log.append_many([(_idempotent(7, 53, 1), True), (_idempotent(7, 52, 1), True)])
+        assert third[0].first_offset == 55
+        assert third[1].first_offset == 54 and third[1].record_count == 0  # a duplicate
+        assert writes == [1]
+    finally:
+        log.close()
