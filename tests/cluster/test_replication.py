@@ -324,7 +324,7 @@ def test_reassignment_under_load_survives_a_controller_failover(tmp_path, zk_con
                 return check.returncode == 0 and "is completed" in check.stdout
             wait_until(verified, timeout=60, message="the reassignment to complete")
             acked_before = len(producer.acked)
-            wait_until(lambda: len(producer.acked) > acked_before + 50, timeout=30,
+            wait_until(lambda: len(producer.acked) > acked_before + 50, timeout=60,
                        message="acknowledgements after the move")
         producer.flush()
         meta = partition_meta(cluster)[0]
