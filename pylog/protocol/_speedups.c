@@ -170,62 +170,57 @@ static PyObject *read_partition(Reader *r, PyObject *buf) {
     return partition;
 }
 
+typedef PyObject *(*ElementReader)(Reader *, PyObject *);
+
+/* An array of structs each read by ``element``, stored as a list at dict[key]; 0 on
+ * success, -1 as for the readers. */
+static int read_array_into(Reader *r, PyObject *buf, ElementReader element, PyObject *dict,
+                           PyObject *key) {
+    Py_ssize_t count;
+    if (read_count(r, &count) < 0)
+        return -1;
+    PyObject *items = PyList_New(count);
+    if (items == NULL)
+        return -1;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = element(r, buf);
+        if (item == NULL) {
+            Py_DECREF(items);
+            return -1;
+        }
+        PyList_SET_ITEM(items, i, item);
+    }
+    return set_item(dict, key, items);
+}
+
 static PyObject *read_topic(Reader *r, PyObject *buf) {
     PyObject *topic = PyDict_New();
     if (topic == NULL)
         return NULL;
-    Py_ssize_t count;
-    PyObject *partitions = NULL;
-    if (set_item(topic, k_name, read_string(r, 0)) < 0 || read_count(r, &count) < 0)
-        goto fail;
-    partitions = PyList_New(count);
-    if (partitions == NULL)
-        goto fail;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *partition = read_partition(r, buf);
-        if (partition == NULL)
-            goto fail;
-        PyList_SET_ITEM(partitions, i, partition);
+    if (set_item(topic, k_name, read_string(r, 0)) < 0
+            || read_array_into(r, buf, read_partition, topic, k_partition_data) < 0
+            || read_no_tags(r) < 0) {
+        Py_DECREF(topic);
+        return NULL;
     }
-    if (read_no_tags(r) < 0 || PyDict_SetItem(topic, k_partition_data, partitions) < 0)
-        goto fail;
-    Py_DECREF(partitions);
     return topic;
-fail:
-    Py_XDECREF(partitions);
-    Py_DECREF(topic);
-    return NULL;
 }
 
 /* The body from r->pos: (body, end), NULL with no exception set when not the common
  * case, NULL with an exception set on a real failure. */
 static PyObject *read_body(Reader *r, PyObject *buf) {
-    PyObject *body = PyDict_New(), *topics = NULL, *result = NULL;
+    PyObject *body = PyDict_New(), *result = NULL;
     int16_t acks;
     int32_t timeout_ms;
-    Py_ssize_t count;
     if (body == NULL)
         return NULL;
-    if (set_item(body, k_transactional_id, read_string(r, 1)) < 0
-            || read_i16(r, &acks) < 0 || read_i32(r, &timeout_ms) < 0
-            || set_item(body, k_acks, PyLong_FromLong(acks)) < 0
-            || set_item(body, k_timeout_ms, PyLong_FromLong(timeout_ms)) < 0
-            || read_count(r, &count) < 0)
-        goto done;
-    topics = PyList_New(count);
-    if (topics == NULL)
-        goto done;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *topic = read_topic(r, buf);
-        if (topic == NULL)
-            goto done;
-        PyList_SET_ITEM(topics, i, topic);
-    }
-    if (read_no_tags(r) < 0 || PyDict_SetItem(body, k_topic_data, topics) < 0)
-        goto done;
-    result = Py_BuildValue("(On)", body, r->pos);
-done:
-    Py_XDECREF(topics);
+    if (set_item(body, k_transactional_id, read_string(r, 1)) == 0
+            && read_i16(r, &acks) == 0 && read_i32(r, &timeout_ms) == 0
+            && set_item(body, k_acks, PyLong_FromLong(acks)) == 0
+            && set_item(body, k_timeout_ms, PyLong_FromLong(timeout_ms)) == 0
+            && read_array_into(r, buf, read_topic, body, k_topic_data) == 0
+            && read_no_tags(r) == 0)
+        result = Py_BuildValue("(On)", body, r->pos);
     Py_DECREF(body);
     return result;
 }
