@@ -201,6 +201,14 @@ def bench_paper(broker: BrokerProcess, count: int) -> None:
         mock.close()
 
 
+def produce_frame(topic: str, partition: int, records: int, version: int = 8) -> bytes:
+    """A Produce request (acks=1) of one batch of ``records`` 200-byte values."""
+    batch = build_batch([(None, VALUE, (), int(time.time() * 1000))] * records)
+    body = {"transactional_id": None, "acks": 1, "timeout_ms": 30000, "topic_data": [
+        {"name": topic, "partition_data": [{"index": partition, "records": batch}]}]}
+    return encode_request(ApiKey.PRODUCE, version, 1, "bench", body)
+
+
 def pipelined_produce_rate(bootstrap: str, topic: str, count: int) -> float:
     """Requests per second for ``count`` Produce v9 requests of one 200-byte record each,
     encoded beforehand and sent back to back on one connection by a thread while this
@@ -209,11 +217,7 @@ def pipelined_produce_rate(bootstrap: str, topic: str, count: int) -> float:
     topic name, the partition count and the partition index)."""
     host, port = bootstrap.rsplit(":", 1)
     error_at = 4 + 1 + 1 + 1 + len(topic.encode()) + 1 + 4
-    batch = build_batch([(None, VALUE, (), int(time.time() * 1000))])
-    frames = b"".join(encode_request(ApiKey.PRODUCE, 9, i, "bench", {
-        "transactional_id": None, "acks": 1, "timeout_ms": 30000, "topic_data": [
-            {"name": topic, "partition_data": [{"index": 0, "records": batch}]}]})
-        for i in range(count))
+    frames = produce_frame(topic, 0, 1, version=9) * count
     with socket.create_connection((host, int(port))) as sock:
         def send() -> None:
             view = memoryview(frames)

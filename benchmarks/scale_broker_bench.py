@@ -37,10 +37,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from broker_bench import VALUE, MockCluster, _read_frame, create_topic, produce_rate
+from broker_bench import MockCluster, _read_frame, create_topic, produce_frame, produce_rate
 
 from pylog.protocol import ApiKey, decode_response, encode_request
-from pylog.records import build_batch
 from pylog.testing.broker import BrokerProcess
 
 PARTITION_COUNTS = (1, 10, 100, 1000)
@@ -49,13 +48,6 @@ IN_FLIGHT = 4
 BATCH_RECORDS = 100
 PRODUCE_VERSION = 8
 FETCH_VERSION = 11
-
-
-def produce_frame(topic: str, partition: int, records: int) -> bytes:
-    batch = build_batch([(None, VALUE, (), int(time.time() * 1000))] * records)
-    body = {"transactional_id": None, "acks": 1, "timeout_ms": 30000, "topic_data": [
-        {"name": topic, "partition_data": [{"index": partition, "records": batch}]}]}
-    return encode_request(ApiKey.PRODUCE, PRODUCE_VERSION, 1, "bench", body)
 
 
 def fetch_frame(topic: str, partition: int, offset: int, max_wait_ms: int) -> bytes:
@@ -77,7 +69,7 @@ def _connect(bootstrap: str) -> socket.socket:
 def raw_produce_rate(bootstrap: str, topic: str, partitions: int, connections: int,
                      messages: int) -> float:
     """Messages per second through ``connections`` sockets, IN_FLIGHT requests each."""
-    frames = [produce_frame(topic, p, BATCH_RECORDS) for p in range(partitions)]
+    frames = [produce_frame(topic, p, BATCH_RECORDS, PRODUCE_VERSION) for p in range(partitions)]
     requests = max(messages // BATCH_RECORDS, connections)
     socks = [_connect(bootstrap) for _ in range(connections)]
     selector = selectors.DefaultSelector()
@@ -133,7 +125,7 @@ def fetch_latency(bootstrap: str, idle_topic: str, idle_partitions: int, idle: i
         sock.sendall(fetch_frame(idle_topic, i % idle_partitions, 0, 30000))
     time.sleep(1.0 + idle / 1000)  # let them park
     producer, consumer = _connect(bootstrap), _connect(bootstrap)
-    frame = produce_frame(live_topic, 0, 1)
+    frame = produce_frame(live_topic, 0, 1, PRODUCE_VERSION)
     buf = bytearray(4 << 20)
     latencies = []
     offset = 0
