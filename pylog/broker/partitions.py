@@ -82,7 +82,7 @@ class PartitionLogs:
         self._known_topics: set[str] = set(metadata.topics())
         # The overrides each topic's open logs were last given, to apply only changes.
         self._applied_configs: dict[str, Mapping[str, str]] = {}
-        self._config_lock = threading.Lock()
+        self._change_lock = threading.Lock()
         self.replicas = None  # the ReplicaManager, in cluster mode
         for tp in manager.partitions():
             # Apply each topic's configs to the logs loaded with the defaults.
@@ -131,11 +131,20 @@ class PartitionLogs:
         return self.replicas.local_replica(TopicPartition(topic, partition)).log
 
     def open_log(self, topic: str, partition: int) -> Log:
-        """The local log of a partition, created with the topic's configs if needed."""
+        """The local log of a partition, created with the topic's configs if needed.
+
+        Without a replica manager (one broker), a log is only created for a partition the
+        metadata has, looked up under the lock that deleting a topic's logs takes too: a
+        request that saw the topic before a DeleteTopics cannot leave a log behind it.
+        Raises UnknownTopicOrPartitionError then."""
         tp = TopicPartition(topic, partition)
         with self._lock:
             existing = self._logs.get(tp)
             if existing is None:
+                if self.replicas is None:
+                    meta = self.metadata.topic(topic)
+                    if meta is None or partition not in meta.partitions:
+                        raise UnknownTopicOrPartitionError(f"{tp} does not exist")
                 existing = self.manager.get_or_create(topic, partition, self.config_for(topic))
                 existing.update_config(self.config_for(topic))
                 self._attach(tp, existing)
@@ -158,32 +167,50 @@ class PartitionLogs:
 
     def on_metadata_change(self) -> None:
         """Apply changed topic configs to the open logs; delete local partitions of topics
-        that were known and are now gone."""
-        self._apply_configs()
-        topics = self.metadata.topics()
-        current = set(topics)
-        gone = self._known_topics - current
-        self._known_topics = current
-        if not gone:
-            return
-        with self._lock:
-            for tp in [tp for tp in self._logs if tp.topic in gone]:
-                del self._logs[tp]
-                log.info("deleting %s: its topic was deleted", tp)
-                self.manager.delete_partition(tp.topic, tp.partition)
-
-    def _apply_configs(self) -> None:
-        """Give open logs their topic's config where its overrides changed since last time.
+        that were known and are now gone; without a replica manager (one broker), create
+        the logs of new partitions, as Kafka does before CreateTopics answers, so the first
+        produce to a new topic does not pay for them.
 
         Serialised, and the metadata is read inside: two listeners racing (ZooKeeper
-        delivers on more than one thread) must not let an older view be applied last.
+        delivers on more than one thread, and a standalone broker on the thread of the
+        request that changed it) must not let an older view be applied last.
+        """
+        with self._change_lock:
+            topics = self.metadata.topics()
+            self._apply_configs(topics)
+            current = set(topics)
+            gone = self._known_topics - current
+            self._known_topics = current
+            if gone:
+                with self._lock:
+                    for tp in [tp for tp in self._logs if tp.topic in gone]:
+                        del self._logs[tp]
+                        log.info("deleting %s: its topic was deleted", tp)
+                        self.manager.delete_partition(tp.topic, tp.partition)
+            if self.replicas is None:
+                self._create_led_logs(topics)
+
+    def _create_led_logs(self, topics: Mapping) -> None:
+        """Open a log for every partition this broker leads that has none yet."""
+        me = self.metadata.local_broker_id
+        missing = [(name, state.partition) for name, meta in topics.items()
+                   for state in meta.partitions.values()
+                   if state.leader == me
+                   and TopicPartition(name, state.partition) not in self._logs]
+        for topic, partition in missing:
+            try:
+                self.open_log(topic, partition)
+            except UnknownTopicOrPartitionError:
+                pass  # deleted meanwhile; its own change deletes what was made
+            except Exception:
+                # Left to the first request that needs it, which answers with the error.
+                log.exception("could not create the log of %s-%d", topic, partition)
+
+    def _apply_configs(self, topics: Mapping) -> None:
+        """Give open logs their topic's config where its overrides changed since last time.
         Overrides that do not make a valid config (written to ZooKeeper by another tool)
         leave the logs as they are, with a warning: refusing them is AlterConfigs' job.
         """
-        with self._config_lock:
-            self._apply_configs_locked(self.metadata.topics())
-
-    def _apply_configs_locked(self, topics: Mapping) -> None:
         with self._lock:
             logs = list(self._logs.items())
         by_topic: dict[str, list[Log]] = {}

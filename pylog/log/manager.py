@@ -74,6 +74,7 @@ class LogManager:
         self._lock = threading.RLock()
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
+        self._count_in = {d: 0 for d in self.log_dirs}  # logs per dir, for placement
         self._lock_files: dict[Path, int] = {}
         # One writer at a time per dir's checkpoint files (log-manager thread, deletes).
         self._checkpoint_locks = {d: threading.Lock() for d in self.log_dirs}
@@ -124,6 +125,7 @@ class LogManager:
                 with self._lock:
                     self._logs[tp] = opened
                     self._dir_of[tp] = log_dir
+                    self._count_in[log_dir] += 1
                 loaded.append(tp)
                 loaded_here.append(tp)
             self.cleaner.load_checkpoint(log_dir)
@@ -165,13 +167,11 @@ class LogManager:
             fsync_directory(log_dir)
             self._logs[tp] = created
             self._dir_of[tp] = log_dir
+            self._count_in[log_dir] += 1
             return created
 
     def _next_log_dir(self) -> Path:
-        counts = {d: 0 for d in self.log_dirs}
-        for d in self._dir_of.values():
-            counts[d] += 1
-        return min(self.log_dirs, key=lambda d: counts[d])
+        return min(self.log_dirs, key=self._count_in.__getitem__)
 
     def partitions(self) -> list[TopicPartition]:
         with self._lock:
@@ -183,6 +183,8 @@ class LogManager:
         with self._lock:
             removed = self._logs.pop(tp, None)
             log_dir = self._dir_of.pop(tp, None)
+            if log_dir is not None:
+                self._count_in[log_dir] -= 1
         if removed is None:
             return False
         self.cleaner.forget(tp)

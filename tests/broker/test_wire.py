@@ -223,6 +223,71 @@ def test_create_and_delete_topics(wire):
     assert meta["topics"][0]["error_code"] == UNKNOWN_TOPIC
 
 
+def partition_dirs(broker, topic):
+    return sorted(d.name for d in broker.log_dir.iterdir() if d.name.startswith(f"{topic}-"))
+
+
+def test_created_partitions_have_their_logs_before_the_answer(broker, wire):
+    # As in Kafka, a new topic's logs exist once CreateTopics (and CreatePartitions)
+    # answer: the first produce to each partition does not create them.
+    create(wire, "eager", partitions=3)
+    assert partition_dirs(broker, "eager") == ["eager-0", "eager-1", "eager-2"]
+    grown = wire.call(ApiKey.CREATE_PARTITIONS, 1, {
+        "topics": [{"name": "eager", "count": 5, "assignments": None}],
+        "timeout_ms": 5000, "validate_only": False})
+    assert grown["results"][0]["error_code"] == 0, grown
+    assert partition_dirs(broker, "eager") == [f"eager-{p}" for p in range(5)]
+    assert (broker.log_dir / "eager-4" / "00000000000000000000.log").exists()
+    wire.call(ApiKey.DELETE_TOPICS, 3, {"topic_names": ["eager"], "timeout_ms": 1000})
+    assert partition_dirs(broker, "eager") == []
+
+
+def test_topics_deleted_while_they_are_created_and_written_leave_no_logs(broker, wire):
+    # CreateTopics (which creates the logs), DeleteTopics and produces to the same names
+    # race on three connections; once the topics are gone, so are all their logs.
+    names = [f"churn-{i}" for i in range(4)]
+    stop = threading.Event()
+    done = {"create": 0, "delete": 0, "produce": 0}
+    errors = []
+
+    def churn(api):
+        try:
+            churn_with(api)
+        except Exception as error:
+            errors.append(error)
+
+    def churn_with(api):
+        with WireClient(broker.bootstrap) as client:
+            while not stop.is_set():
+                for name in names:
+                    if api == "create":
+                        body = client.call(ApiKey.CREATE_TOPICS, 4, create_body(name, 8))
+                        codes = [body["topics"][0]["error_code"]]
+                    elif api == "delete":
+                        body = client.call(ApiKey.DELETE_TOPICS, 3, {"topic_names": [name],
+                                                                     "timeout_ms": 1000})
+                        codes = [body["responses"][0]["error_code"]]
+                    else:
+                        body = client.call(ApiKey.PRODUCE, 8, produce_body(
+                            name, {p: batch([b"x"]) for p in range(8)}))
+                        codes = [p["error_code"]
+                                 for p in body["responses"][0]["partition_responses"]]
+                    done[api] += codes.count(0)
+
+    threads = [threading.Thread(target=churn, args=(api,))
+               for api in ("create", "delete", "produce")]
+    for thread in threads:
+        thread.start()
+    threading.Event().wait(3)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert min(done.values()) > 0, done  # each side had its way some of the time
+    wire.call(ApiKey.DELETE_TOPICS, 3, {"topic_names": names, "timeout_ms": 1000})
+    assert [d for name in names for d in partition_dirs(broker, name)] == []
+
+
 def test_a_standalone_broker_coordinates_every_group_and_transaction(broker, wire):
     for key_type in (0, 1):  # a group, a transactional id
         body = wire.call(ApiKey.FIND_COORDINATOR, 2, {"key": "g", "key_type": key_type})
