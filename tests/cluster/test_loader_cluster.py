@@ -135,6 +135,8 @@ def test_tasks_find_a_leader_that_moved_after_planning(cluster, tmp_path):
                 and -1 not in cluster.leaders(1, "moves").values())
     wait_until(back_at_new_address, message="broker 2 back at its new address")
     audits = run_load(config, spark, LoadRequest(run_id="m1"))  # the same plan, finished
+    assert audits[-1].run_id == "m1" and audits[-1].ranges == plan.ranges
+    assert audits[-1].records_fetched == 90
     assert_exactly_once(spark, tmp_path / "warehouse", "moves",
                         broker_records(cluster.bootstrap(), "moves"))
 
