@@ -26,6 +26,8 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
 def validate_topic_name(name: str) -> None:
     """Raise InvalidTopicError unless ``name`` is a legal Kafka topic name. Called per
     partition of every produce: legal names are remembered (an error is never cached)."""
+    if name in _LEGAL_NAMES_SEEN:
+        return
     if not name or name in (".", ".."):
         raise InvalidTopicError(f"topic name {name!r} is not allowed")
     if len(name) > MAX_TOPIC_NAME_LENGTH:
@@ -33,6 +35,13 @@ def validate_topic_name(name: str) -> None:
     if not _LEGAL_TOPIC_NAME.match(name):
         raise InvalidTopicError(f"topic name {name!r} has characters other than "
                                 "ASCII letters, digits, '.', '_' and '-'")
+    if len(_LEGAL_NAMES_SEEN) >= _LEGAL_NAMES_KEPT:
+        _LEGAL_NAMES_SEEN.clear()  # bounded: clients may send any number of names
+    _LEGAL_NAMES_SEEN.add(name)
+
+
+_LEGAL_NAMES_SEEN: set[str] = set()
+_LEGAL_NAMES_KEPT = 100_000
 
 
 def assign_replicas(num_partitions: int, replication_factor: int,
