@@ -2,8 +2,8 @@
 
 Each listener's acceptor accepts connections and hands them round-robin to the shared
 processors, with the listener (name, security protocol, TLS context) they came in on;
-each connection's ``Session`` carries it. Each processor owns its connections and a
-``selectors`` loop: it reads size-prefixed frames, dispatches each request, and writes
+each connection's ``Session`` carries it. Each processor owns its connections and an
+``epoll`` loop: it reads size-prefixed frames, dispatches each request, and writes
 the responses in request order. A Fetch response goes out as its header bytes followed
 by ``os.sendfile`` from the segment file. A connection with a parked Fetch (long poll) reads nothing more until that
 Fetch is answered, which keeps responses in order and input bounded; other
@@ -12,7 +12,7 @@ unknown API or a malformed request closes that connection only, with one log lin
 Buffered request bytes of all connections share one ``RequestBudget``
 (``queued.max.request.bytes``): while it is used up, connections read no new frames.
 
-Processors sleep in ``select``; appends wake them through a socketpair, and the
+Processors sleep in ``epoll``; appends wake them through a socketpair, and the
 nearest parked-Fetch deadline bounds the sleep. Nothing polls. Each parked request
 registers its own wake-up with its partitions, so an append retries only the requests
 waiting on that partition, and deadlines sit in a heap: a thousand idle long polls cost
@@ -22,7 +22,7 @@ TLS listeners wrap accepted sockets non-blocking; the processor drives the hands
 from its loop (OpenSSL's want-read/want-write become the connection's interest), so a
 slow or stalled handshake holds up no other connection, and a failed one closes its
 connection with one line naming the peer and OpenSSL's reason. An SSL socket may hold
-decrypted bytes ``select`` cannot see (``pending()``): such connections are read again
+decrypted bytes ``epoll`` cannot see (``pending()``): such connections are read again
 without waiting. File regions cannot be ``sendfile``d through TLS: they go out as
 ``os.pread`` chunks of ``TLS_FILE_CHUNK`` bytes, one chunk in memory per connection.
 """
@@ -35,7 +35,7 @@ import heapq
 import itertools
 import logging
 import os
-import selectors
+import select
 import socket
 import ssl
 import struct
@@ -65,6 +65,12 @@ COALESCE_BYTES = 256 * 1024
 TLS_FILE_CHUNK = 256 * 1024
 _BYTES = (bytes, bytearray, memoryview)
 _MSG_MORE = getattr(socket, "MSG_MORE", 0)
+# Interest and readiness, as epoll has them (an error or hangup counts as both: the read
+# or write that follows finds out what happened).
+READ = select.EPOLLIN
+WRITE = select.EPOLLOUT
+_NOT_READ = ~READ
+_NOT_WRITE = ~WRITE
 MAX_GATHERED_CHUNKS = 512  # byte chunks sent with one sendmsg at most (IOV_MAX is 1024)
 
 
@@ -97,7 +103,7 @@ class Connection:
                                authenticated=not listener.security_protocol.startswith("SASL_"))
         self.tls = isinstance(sock, ssl.SSLSocket)
         self.handshaking = self.tls
-        self.handshake_events = selectors.EVENT_READ  # what OpenSSL waits for
+        self.handshake_events = READ  # what OpenSSL waits for
         self.file_chunk: memoryview | None = None  # read from a region, not yet sent
         self.budget = budget
         self.inbound = bytearray()
@@ -132,6 +138,12 @@ class Connection:
 
     def recharge(self, max_frame: int) -> None:
         """Charge the budget for what the input buffer now holds."""
+        if not self.inbound:  # the usual case: every frame read was handled
+            self.missing = 0
+            if self.charge:
+                self.budget.adjust(-self.charge)
+                self.charge = 0
+            return
         charge, self.missing = frame_charge(self.inbound, max_frame)
         self.budget.adjust(charge - self.charge)
         self.charge = charge
@@ -181,11 +193,13 @@ class Processor(threading.Thread):
         self.clock = clock
         self._add_waiter = add_waiter
         self._remove_waiter = remove_waiter
-        self._selector = selectors.DefaultSelector()
+        self._epoll = select.epoll()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._epoll.register(self._wake_r.fileno(), READ)
+        # Registered descriptor -> its connection (None: the wake-up socket).
+        self._by_fd: dict[int, Connection | None] = {self._wake_r.fileno(): None}
         self._new: collections.deque = collections.deque()
         self._connections: set[Connection] = set()
         self._parked: set[Connection] = set()
@@ -230,16 +244,24 @@ class Processor(threading.Thread):
 
     def run(self) -> None:
         try:
+            by_fd = self._by_fd
             while not self._stopping:
-                for key, mask in self._selector.select(self._timeout()):
-                    if key.data is None:
+                for fd, mask in self._epoll.poll(self._timeout()):
+                    conn = by_fd.get(fd)
+                    if conn is not None:
+                        self._on_event(conn, mask)
+                    elif fd == self._wake_r.fileno():
                         self._drain_wakeups()
-                    else:
-                        self._on_event(key.data, mask)
-                self._accept_new()
-                self._retry_parked()
-                self._read_tls_pending()
-                self._close_idle()
+                # Each step below is skipped when it has nothing to do: a lone request
+                # per wake-up is common, and a thread that slept runs cold.
+                if self._new:
+                    self._accept_new()
+                if self._parked or self._woken:
+                    self._retry_parked()
+                if self._tls_pending:
+                    self._read_tls_pending()
+                if self.max_idle_s is not None:
+                    self._close_idle()
                 if self._recheck_reads:
                     self._recheck_reads = False
                     for conn in list(self._connections):
@@ -247,24 +269,27 @@ class Processor(threading.Thread):
         finally:
             for conn in list(self._connections):
                 self._close(conn, None)
-            self._selector.close()
+            self._epoll.close()
             self._wake_r.close()
             self._wake_w.close()
 
     def _timeout(self) -> float | None:
-        if self._new or self._woken or any(conn.wants_read() for conn in self._tls_pending):
+        """Seconds to sleep at most (None: until an event)."""
+        if self._new or self._woken or (
+                self._tls_pending and any(conn.wants_read() for conn in self._tls_pending)):
             return 0
-        deadlines = []
         heap = self._deadlines
         while heap and heap[0][2].parked is not heap[0][3]:
             heapq.heappop(heap)  # answered or closed since
         if heap:
-            deadlines.append(heap[0][0])
-        if self.max_idle_s is not None and self._connections:
-            deadlines.append(self._next_idle_check)
-        if not deadlines:
+            deadline = heap[0][0]
+            if self.max_idle_s is not None and self._connections:
+                deadline = min(deadline, self._next_idle_check)
+        elif self.max_idle_s is not None and self._connections:
+            deadline = self._next_idle_check
+        else:
             return None
-        return max(0.0, min(deadlines) - self.clock())
+        return max(0.0, deadline - self.clock())
 
     def _close_idle(self) -> None:
         """Close connections silent for ``connections.max.idle.ms`` (checked about ten
@@ -317,10 +342,10 @@ class Processor(threading.Thread):
         try:
             conn.sock.do_handshake()
         except ssl.SSLWantReadError:
-            conn.handshake_events = selectors.EVENT_READ
+            conn.handshake_events = READ
             return False
         except ssl.SSLWantWriteError:
-            conn.handshake_events = selectors.EVENT_WRITE
+            conn.handshake_events = WRITE
             return False
         except (ssl.SSLError, ssl.CertificateError) as error:
             raise CloseConnection(f"TLS handshake on listener {conn.listener.name} failed: "
@@ -338,7 +363,7 @@ class Processor(threading.Thread):
         them) once they may read again."""
         for conn in [c for c in self._tls_pending if c.wants_read()]:
             self._tls_pending.discard(conn)
-            self._on_event(conn, selectors.EVENT_READ)
+            self._on_event(conn, READ)
 
     def _on_event(self, conn: Connection, mask: int) -> None:
         conn.last_active = self.clock()
@@ -347,10 +372,10 @@ class Processor(threading.Thread):
                 if not self._handshake(conn):
                     self._update_interest(conn)
                     return
-                mask = selectors.EVENT_READ  # the first request may have come with it
-            if mask & selectors.EVENT_WRITE:
+                mask = READ  # the first request may have come with it
+            if mask & _NOT_READ:
                 self._write(conn)
-            if mask & selectors.EVENT_READ and conn.wants_read():
+            if mask & _NOT_WRITE and conn.wants_read():
                 self._read(conn)
                 self._process(conn)
             if conn.closing and not conn.outbound:
@@ -389,14 +414,12 @@ class Processor(threading.Thread):
             raise _PeerClosed from None
         if not chunk:
             raise _PeerClosed
-        conn.inbound += chunk
-        conn.recharge(self.max_request_bytes)
+        conn.inbound += chunk  # charged by the _process that always follows
 
     def _process(self, conn: Connection) -> None:
         """Handle every complete frame in the buffer, until a Fetch parks; then write."""
         inbound = conn.inbound
         position = 0
-        handed_over = False
         try:
             while conn.parked is None and not conn.closing and len(inbound) - position >= 4:
                 size = _SIZE.unpack_from(inbound, position)[0]
@@ -411,7 +434,6 @@ class Processor(threading.Thread):
                     # one): the request gets the buffer itself, the connection a new one.
                     payload = memoryview(inbound)[4:]
                     conn.inbound = inbound = bytearray()
-                    handed_over = True
                 elif size >= 2 and _API_KEY.unpack_from(inbound, position + 4)[0] == _PRODUCE:
                     taken = self._produce_run(conn, inbound, position)
                     if taken:
@@ -444,8 +466,7 @@ class Processor(threading.Thread):
             # One shift of the buffer per batch of frames, not one per frame.
             if position:
                 del inbound[:position]
-            if position or handed_over:
-                conn.recharge(self.max_request_bytes)
+            conn.recharge(self.max_request_bytes)
         self._write(conn)
 
     def _produce_run(self, conn: Connection, inbound: bytearray, position: int) -> int:
@@ -646,18 +667,20 @@ class Processor(threading.Thread):
         if conn.handshaking:
             events = conn.handshake_events
         else:
-            events = (selectors.EVENT_READ if conn.wants_read() else 0) | \
-                     (selectors.EVENT_WRITE if conn.outbound else 0)
+            events = (READ if conn.wants_read() else 0) | (WRITE if conn.outbound else 0)
             if conn.tls and conn.sock.pending():
                 self._tls_pending.add(conn)
         if events == conn.events:
             return
+        fd = conn.sock.fileno()
         if conn.events == 0:
-            self._selector.register(conn.sock, events, conn)
+            self._epoll.register(fd, events)
+            self._by_fd[fd] = conn
         elif events == 0:
-            self._selector.unregister(conn.sock)
+            self._epoll.unregister(fd)
+            del self._by_fd[fd]
         else:
-            self._selector.modify(conn.sock, events, conn)
+            self._epoll.modify(fd, events)
         conn.events = events
 
     def _close(self, conn: Connection, reason: str | None) -> None:
@@ -666,10 +689,13 @@ class Processor(threading.Thread):
         self._unpark(conn)
         self._tls_pending.discard(conn)
         if conn.events:
-            try:
-                self._selector.unregister(conn.sock)
-            except (KeyError, ValueError):
-                pass
+            fd = conn.sock.fileno()
+            if self._by_fd.get(fd) is conn:
+                del self._by_fd[fd]
+                try:
+                    self._epoll.unregister(fd)
+                except OSError:
+                    pass
             conn.events = 0
         self._connections.discard(conn)
         conn.release()
