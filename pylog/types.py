@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class TopicPartition:
+class TopicPartition(NamedTuple):
+    """A partition of a topic. A named tuple, not a dataclass: the broker builds and
+    hashes one per partition of every request, and a tuple does both in C."""
+
     topic: str
     partition: int
 
