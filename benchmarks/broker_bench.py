@@ -227,6 +227,16 @@ def bench_paper(broker: BrokerProcess, count: int) -> None:
             theirs = pipelined_produce_rate(mock.bootstrap, "paper-raw", count)
             print(f"  pylog {ours:>10,.0f} requests/s | mock cluster {theirs:>10,.0f} "
                   f"requests/s | pylog/mock {ours / theirs:.2f}")
+        # Latency, not throughput: what a client with one request in flight sees (the
+        # broker's processor thread sleeps between requests and runs cold after each
+        # wake-up; see the README).
+        print("batch size 1, one request at a time from a raw client (round trip):")
+        for _ in range(2):
+            ours = one_at_a_time(broker.bootstrap, "paper-raw", count // 20)
+            theirs = one_at_a_time(mock.bootstrap, "paper-raw", count // 20)
+            print(f"  pylog p50 {ours[0]:.0f} us, p99 {ours[1]:.0f} us | mock cluster p50 "
+                  f"{theirs[0]:.0f} us, p99 {theirs[1]:.0f} us | pylog/mock p50 "
+                  f"{ours[0] / theirs[0]:.2f}")
     finally:
         mock.close()
 
@@ -283,6 +293,30 @@ def pipelined_produce_rate(bootstrap: str, topic: str, count: int) -> float:
         elapsed = time.perf_counter() - start
         sender.join()
     return count / elapsed
+
+
+def one_at_a_time(bootstrap: str, topic: str, count: int) -> tuple[float, float]:
+    """Round-trip p50 and p99 in microseconds of ``count`` Produce v9 requests of one
+    200-byte record sent one at a time (each waits for the answer before the next),
+    after 2,000 uncounted ones. Each answer is decoded and its error code checked."""
+    host, port = bootstrap.rsplit(":", 1)
+    frame = produce_frame(topic, 0, 1, version=9)
+    buf = bytearray(1 << 16)
+    with socket.create_connection((host, int(port))) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        times = []
+        for sent in range(2000 + count):
+            started = time.perf_counter()
+            sock.sendall(frame)
+            answer = _read_frame(sock, buf)
+            if sent >= 2000:
+                times.append(time.perf_counter() - started)
+            _, body = decode_response(ApiKey.PRODUCE, 9, answer)
+            error = body["responses"][0]["partition_responses"][0]["error_code"]
+            if error:
+                raise RuntimeError(f"Produce answered with error {error}")
+    times.sort()
+    return times[len(times) // 2] * 1e6, times[int(len(times) * 0.99)] * 1e6
 
 
 def kcat_rate(bootstrap: str, topic: str, count: int, batch: int | None, *mock: str,
