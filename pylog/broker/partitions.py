@@ -145,8 +145,8 @@ class PartitionLogs:
                     meta = self.metadata.topic(topic)
                     if meta is None or partition not in meta.partitions:
                         raise UnknownTopicOrPartitionError(f"{tp} does not exist")
+                # A log the manager already had (loaded at start) takes the config too.
                 existing = self.manager.get_or_create(topic, partition, self.config_for(topic))
-                existing.update_config(self.config_for(topic))
                 self._attach(tp, existing)
             return existing
 
