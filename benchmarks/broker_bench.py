@@ -507,13 +507,7 @@ def _ring_bytes(ring: bytearray, position: int, count: int) -> bytes:
 
 def _recv_exactly(sock: socket.socket, count: int) -> bytes:
     buf = bytearray(count)
-    view = memoryview(buf)
-    got = 0
-    while got < count:
-        received = sock.recv_into(view[got:])
-        if not received:
-            raise RuntimeError("the broker closed the connection")
-        got += received
+    _fill(sock, memoryview(buf))
     return bytes(buf)
 
 
@@ -539,14 +533,20 @@ def _raw_fetch(sock: socket.socket, buf: bytearray, topic: str, offset: int,
 
 def _read_frame(sock: socket.socket, buf: bytearray) -> memoryview:
     view = memoryview(buf)
-    got = 0
-    while got < 4:
-        got += sock.recv_into(view[got:4])
+    _fill(sock, view[:4])
     length = int.from_bytes(buf[:4], "big")
-    got = 0
-    while got < length:
-        got += sock.recv_into(view[4 + got:4 + length])
+    _fill(sock, view[4:4 + length])
     return view[4:4 + length]
+
+
+def _fill(sock: socket.socket, view: memoryview) -> None:
+    """Receive exactly ``len(view)`` bytes into ``view``."""
+    got = 0
+    while got < len(view):
+        received = sock.recv_into(view[got:])
+        if not received:
+            raise RuntimeError("the broker closed the connection")
+        got += received
 
 
 def sendfile_rate(total_bytes: int, landing_bytes: int = 1 << 20,
@@ -626,12 +626,7 @@ def bench_consume(broker: BrokerProcess, per_partition: int, repeat: int = 3) ->
     finally:
         mock.close()
     for name, runs in pairs.items():
-        print(f"confluent-kafka consumer, {name}:")
-        for ours, theirs in runs:
-            print(f"  pylog {ours:8.1f} MB/s | mock cluster {theirs:8.1f} MB/s | "
-                  f"pylog/mock {ours / theirs:.2f}")
-        ratios = sorted(ours / theirs for ours, theirs in runs)
-        print(f"  median pylog/mock over {repeat} runs: {ratios[len(ratios) // 2]:.2f}")
+        _print_runs(f"confluent-kafka consumer, {name}", runs, lambda rate: f"{rate:.1f} MB/s")
 
 
 CONSUME_PARTITIONS = 16
