@@ -252,27 +252,25 @@ def test_topics_deleted_while_they_are_created_and_written_leave_no_logs(broker,
 
     def churn(api):
         try:
-            churn_with(api)
+            with WireClient(broker.bootstrap) as client:
+                while not stop.is_set():
+                    for name in names:
+                        done[api] += churn_once(client, api, name).count(0)
         except Exception as error:
             errors.append(error)
 
-    def churn_with(api):
-        with WireClient(broker.bootstrap) as client:
-            while not stop.is_set():
-                for name in names:
-                    if api == "create":
-                        body = client.call(ApiKey.CREATE_TOPICS, 4, create_body(name, 8))
-                        codes = [body["topics"][0]["error_code"]]
-                    elif api == "delete":
-                        body = client.call(ApiKey.DELETE_TOPICS, 3, {"topic_names": [name],
-                                                                     "timeout_ms": 1000})
-                        codes = [body["responses"][0]["error_code"]]
-                    else:
-                        body = client.call(ApiKey.PRODUCE, 8, produce_body(
-                            name, {p: batch([b"x"]) for p in range(8)}))
-                        codes = [p["error_code"]
-                                 for p in body["responses"][0]["partition_responses"]]
-                    done[api] += codes.count(0)
+    def churn_once(client, api, name) -> list[int]:
+        """One request; its error codes."""
+        if api == "create":
+            body = client.call(ApiKey.CREATE_TOPICS, 4, create_body(name, 8))
+            return [body["topics"][0]["error_code"]]
+        if api == "delete":
+            body = client.call(ApiKey.DELETE_TOPICS, 3, {"topic_names": [name],
+                                                         "timeout_ms": 1000})
+            return [body["responses"][0]["error_code"]]
+        body = client.call(ApiKey.PRODUCE, 8, produce_body(
+            name, {p: batch([b"x"]) for p in range(8)}))
+        return [p["error_code"] for p in body["responses"][0]["partition_responses"]]
 
     threads = [threading.Thread(target=churn, args=(api,))
                for api in ("create", "delete", "produce")]
