@@ -51,6 +51,14 @@ VALUE = b"v" * 200
 
 def produce_rate(bootstrap: str, topic: str, count: int, partitions: int, **extra) -> float:
     """Messages per second for ``count`` 200-byte messages, spread over ``partitions``."""
+    return produce_run(bootstrap, topic, count, partitions, **extra)[0]
+
+
+def produce_run(bootstrap: str, topic: str, count: int, partitions: int,
+                broker_pid: int | None = None, **extra) -> tuple[float, float, float]:
+    """``(msgs/s, producer thread busy, broker busy)``: the rate of :func:`produce_rate`,
+    the share of the run this thread (the Python loop around ``produce()``) spent on a
+    CPU, and the cores' worth the process ``broker_pid`` used meanwhile (0 without one)."""
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5,
                          "queue.buffering.max.messages": 2_000_000, **extra})
     failed = []
@@ -61,6 +69,8 @@ def produce_rate(bootstrap: str, topic: str, count: int, partitions: int, **extr
 
     producer.produce(topic, VALUE, partition=0)  # connect and fetch metadata first
     producer.flush(30)
+    broker_cpu = process_cpu_seconds(broker_pid) if broker_pid else 0.0
+    thread_cpu = time.thread_time()
     start = time.perf_counter()
     for i in range(count):
         while True:
@@ -71,9 +81,25 @@ def produce_rate(bootstrap: str, topic: str, count: int, partitions: int, **extr
                 producer.poll(0.01)
     remaining = producer.flush(120)
     elapsed = time.perf_counter() - start
+    thread_cpu = time.thread_time() - thread_cpu
+    if broker_pid:
+        broker_cpu = process_cpu_seconds(broker_pid) - broker_cpu
     if remaining or failed:
         raise RuntimeError(f"{remaining} undelivered, {len(failed)} failed: {failed[:1]}")
-    return count / elapsed
+    return count / elapsed, thread_cpu / elapsed, broker_cpu / elapsed
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """CPU time all threads of process ``pid`` have used (the scheduler's own count, in
+    nanoseconds, rather than the tick-sampled figure of ``/proc/<pid>/stat``)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as stat:
+                total += int(stat.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended meanwhile
+    return total / 1e9
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -144,10 +170,19 @@ def bench_produce(broker: BrokerProcess, count: int) -> None:
         topic = f"produce-{partitions}"
         create_topic(broker.bootstrap, topic, partitions)
         # The mock cluster auto-creates topics with four partitions; we use the first N.
-        _print_runs(f"{partitions} partition(s)", [
-            (produce_rate(broker.bootstrap, topic, count, partitions),
-             produce_rate(mock, topic, count, partitions)) for _ in range(PRODUCE_RUNS)],
-            lambda rate: f"{rate:,.0f} msgs/s {rate * 200 / 1e6:.1f} MB/s")
+        runs, busy = [], []
+        for _ in range(PRODUCE_RUNS):
+            rate, thread, broker_share = produce_run(broker.bootstrap, topic, count, partitions,
+                                                     broker_pid=broker.pid)
+            runs.append((rate, produce_rate(mock, topic, count, partitions)))
+            busy.append((thread, broker_share))
+        _print_runs(f"{partitions} partition(s)", runs,
+                    lambda rate: f"{rate:,.0f} msgs/s {rate * 200 / 1e6:.1f} MB/s")
+        # Which side paces the run: a producer thread busy nearly all of it while the
+        # broker idles is the client's limit, whatever the broker does.
+        print("  in the pylog runs, the producer's Python thread was on a CPU for " + ", ".join(
+            f"{thread:.0%}" for thread, _ in busy) + " of the run; pylog used " + ", ".join(
+            f"{share:.0%}" for _, share in busy) + " of a core")
     del handle
     if shutil.which("kcat") is None:
         return
@@ -192,16 +227,21 @@ def bench_paper(broker: BrokerProcess, count: int) -> None:
         # Not counted: the broker's first produce requests compile its codecs.
         produce_rate(broker.bootstrap, "paper", count // 10, 1, **settings[1])
         for batch, extra in settings.items():
-            runs = []
+            runs, busy = [], []
             for _ in range(PAPER_RUNS):
-                runs.append((produce_rate(broker.bootstrap, "paper", count, 1, **extra),
-                             produce_rate(mock.bootstrap, "paper", count, 1, **extra)))
+                rate, thread, broker_share = produce_run(broker.bootstrap, "paper", count, 1,
+                                                         broker_pid=broker.pid, **extra)
+                runs.append((rate, produce_rate(mock.bootstrap, "paper", count, 1, **extra)))
+                busy.append((thread, broker_share))
             paper = {1: 50_000, 50: 400_000}[batch]
             rates = sorted(ours for ours, _ in runs)
             print(f"batch size {batch:>2}: median {rates[len(rates) // 2]:>10,.0f} msgs/s "
                   f"(paper: about {paper:,}); runs: " + ", ".join(
                       f"{ours:,.0f} (mock {theirs:,.0f}, {ours / theirs:.2f})"
                       for ours, theirs in runs))
+            print("  producer's Python thread on a CPU for " + ", ".join(
+                f"{thread:.0%}" for thread, _ in busy) + " of each pylog run; pylog used " +
+                ", ".join(f"{share:.0%}" for _, share in busy) + " of a core")
     finally:
         mock.close()
     if shutil.which("kcat") is None:
