@@ -228,6 +228,7 @@ InvalidRequestError: type[KafkaError] = globals()["InvalidRequestError"]
 UnsupportedCompressionTypeError: type[KafkaError] = globals()["UnsupportedCompressionTypeError"]
 KafkaStorageError: type[KafkaError] = globals()["KafkaStorageError"]
 InvalidRecordError: type[KafkaError] = globals()["InvalidRecordError"]
+InvalidTimestampError: type[KafkaError] = globals()["InvalidTimestampError"]
 CoordinatorNotAvailableError: type[KafkaError] = globals()["CoordinatorNotAvailableError"]
 UnknownTopicIdError: type[KafkaError] = globals()["UnknownTopicIdError"]
 

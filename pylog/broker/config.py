@@ -26,7 +26,7 @@ from pylog.types import SECURITY_PROTOCOLS
 from pylog.log import LogConfig
 from pylog.security.authorizer import check_class_name, parse_super_users
 from pylog.log.cleaner_manager import CleanerConfig
-from pylog.log.config import parse_cleanup_policy
+from pylog.log.config import MAX_LONG, parse_cleanup_policy
 
 HOUR_MS = 3600 * 1000
 
@@ -133,6 +133,13 @@ _SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
     "log.cleaner.min.cleanable.ratio": (_float, 0.5, "min.cleanable.dirty.ratio of topics"),
     "log.cleaner.min.compaction.lag.ms": (_int, 0, "min.compaction.lag.ms of topics"),
     "log.cleaner.delete.retention.ms": (_int, 24 * HOUR_MS, "delete.retention.ms of topics"),
+    "log.message.timestamp.type": (_str, "CreateTime",
+                                   "message.timestamp.type of topics: CreateTime or "
+                                   "LogAppendTime"),
+    "log.message.timestamp.before.max.ms": (_int, MAX_LONG,
+                                            "message.timestamp.before.max.ms of topics"),
+    "log.message.timestamp.after.max.ms": (_int, MAX_LONG,
+                                           "message.timestamp.after.max.ms of topics"),
     "producer.id.expiration.ms": (_int, 24 * HOUR_MS,
                                   "forget an idempotent producer idle for this long"),
     "socket.request.max.bytes": (_int, 104857600, "largest request; bigger closes the connection"),
@@ -520,6 +527,12 @@ class BrokerConfig:
                                                   self["log.cleaner.min.compaction.lag.ms"]),
             "log.cleaner.delete.retention.ms": ("delete_retention_ms",
                                                 self["log.cleaner.delete.retention.ms"]),
+            "log.message.timestamp.type": ("timestamp_type",
+                                           self["log.message.timestamp.type"]),
+            "log.message.timestamp.before.max.ms": (
+                "timestamp_before_max_ms", self["log.message.timestamp.before.max.ms"]),
+            "log.message.timestamp.after.max.ms": (
+                "timestamp_after_max_ms", self["log.message.timestamp.after.max.ms"]),
         }
         try:
             return LogConfig(**{field: value for field, value in settings.values()})

@@ -32,8 +32,9 @@ from pylog.broker.partitions import PartitionLogs
 from pylog.broker.replica import Role
 from pylog.cluster.placement import INTERNAL_TOPICS, validate_topic_name
 from pylog.errors import (
-    CorruptMessageError, InvalidRequiredAcksError, InvalidTopicError, KafkaError, NotEnoughReplicasAfterAppendError,
-    NotLeaderOrFollowerError, RequestTimedOutError, UnsupportedVersionError)
+    CorruptMessageError, InvalidRequiredAcksError, InvalidTimestampError, InvalidTopicError,
+    KafkaError, NotEnoughReplicasAfterAppendError, NotLeaderOrFollowerError,
+    RequestTimedOutError, UnsupportedVersionError)
 from pylog.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -209,6 +210,7 @@ def _append_staged(topic: str, index: int, appends: list[tuple], logs: Partition
             result.update(_refused(topic, index, outcome))
             continue
         result["base_offset"] = outcome.first_offset
+        result["log_append_time_ms"] = outcome.log_append_time_ms
         result["log_start_offset"] = outcome.log_start_offset
         if acks == -1 and replica is not None:
             pending[TopicPartition(topic, index)] = PendingAppend(result, replica, epoch,
@@ -220,7 +222,8 @@ def _refused(topic: str, index: int, error: KafkaError) -> dict:
     result = _partition_result(index, error)
     # Which records were bad (Kafka's RecordError): the producer fails those as
     # INVALID_RECORD and the rest of the batch as collateral.
-    result["record_errors"] = [
-        {"batch_index": i, "batch_index_error_message": "a compacted topic cannot "
-         "accept a record without a key"} for i in getattr(error, "batch_indexes", ())]
+    reason = ("timestamp out of range" if isinstance(error, InvalidTimestampError)
+              else "a compacted topic cannot accept a record without a key")
+    result["record_errors"] = [{"batch_index": i, "batch_index_error_message": reason}
+                               for i in getattr(error, "batch_indexes", ())]
     return result

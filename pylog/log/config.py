@@ -16,6 +16,8 @@ from pylog.errors import ConfigError
 
 DAY_MS = 24 * 3600 * 1000
 MAX_SEGMENT_BYTES = 2**31 - 1  # positions in the offset index are int32
+MAX_LONG = 2**63 - 1  # Kafka's Long.MAX_VALUE: "no bound" for the timestamp checks
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,14 @@ class LogConfig:
     """Records younger than this (ms, by segment's newest timestamp) are not compacted yet."""
     delete_retention_ms: int = DAY_MS
     """A compacted log keeps a tombstone (null value) this long (ms) after its timestamp."""
+    timestamp_type: str = "CreateTime"
+    """``CreateTime``: records keep the producer's timestamps; ``LogAppendTime``: the log
+    stamps each batch it appends with its own clock (every record then has that time)."""
+    timestamp_before_max_ms: int = MAX_LONG
+    """With CreateTime, refuse a record whose timestamp is more than this (ms) before the
+    broker's clock (INVALID_TIMESTAMP); MAX_LONG: no bound."""
+    timestamp_after_max_ms: int = MAX_LONG
+    """As ``timestamp_before_max_ms``, for a timestamp ahead of the broker's clock."""
 
     def __post_init__(self) -> None:
         _check_range("segment_bytes", self.segment_bytes, 128, MAX_SEGMENT_BYTES)
@@ -84,6 +94,11 @@ class LogConfig:
                               f"must be between 0 and 1, got {self.min_cleanable_dirty_ratio!r}")
         _check_range("min_compaction_lag_ms", self.min_compaction_lag_ms, 0, None)
         _check_range("delete_retention_ms", self.delete_retention_ms, 0, None)
+        if self.timestamp_type not in TIMESTAMP_TYPES:
+            raise ConfigError("timestamp_type", f"expected CreateTime or LogAppendTime, "
+                                                f"got {self.timestamp_type!r}")
+        _check_range("timestamp_before_max_ms", self.timestamp_before_max_ms, 0, MAX_LONG)
+        _check_range("timestamp_after_max_ms", self.timestamp_after_max_ms, 0, MAX_LONG)
         for key in _BOOLEANS:
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(key, f"expected true or false, got {getattr(self, key)!r}")
@@ -92,6 +107,18 @@ class LogConfig:
     def compact(self) -> bool:
         """The cleaner compacts this log (``cleanup.policy`` has ``compact``)."""
         return "compact" in self.cleanup_policy
+
+    @property
+    def log_append_time(self) -> bool:
+        """The log stamps appended batches with its clock (``message.timestamp.type``)."""
+        return self.timestamp_type == "LogAppendTime"
+
+    @property
+    def checks_timestamps(self) -> bool:
+        """Producers' record timestamps are checked against the broker's clock: CreateTime
+        with a ``message.timestamp.before.max.ms`` or ``after.max.ms`` bound."""
+        return self.timestamp_type == "CreateTime" and (
+            self.timestamp_before_max_ms != MAX_LONG or self.timestamp_after_max_ms != MAX_LONG)
 
     @property
     def delete(self) -> bool:
@@ -155,6 +182,9 @@ _KAFKA_NAMES = {
     "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
     "min.compaction.lag.ms": "min_compaction_lag_ms",
     "delete.retention.ms": "delete_retention_ms",
+    "message.timestamp.type": "timestamp_type",
+    "message.timestamp.before.max.ms": "timestamp_before_max_ms",
+    "message.timestamp.after.max.ms": "timestamp_after_max_ms",
 }
 # Every topic config a LogConfig takes, by its Kafka name.
 TOPIC_CONFIG_NAMES = tuple(_KAFKA_NAMES)
@@ -168,6 +198,8 @@ _BOOLEANS = ("expose_unflushed", "unclean_leader_election")
 def _parse_value(key: str, field: str, raw: object) -> object:
     if field == "cleanup_policy":
         return parse_cleanup_policy(key, raw)
+    if field == "timestamp_type":
+        return str(raw).strip()
     if field == "min_cleanable_dirty_ratio":
         try:
             return float(str(raw).strip())

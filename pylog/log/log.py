@@ -54,10 +54,11 @@ from pylog.log.transaction_index import AbortedTxn
 from pylog.log.results import AppendInfo, FileRegion, ReadResult
 from pylog.log.retention import count_deletable
 from pylog.log.segment import LogSegment
-from pylog.log.validation import check_follower_offsets, validate_append
+from pylog.log.validation import check_follower_offsets, check_timestamps, validate_append
 from pylog.records.control import TxnMarker, build_marker_batch
 from pylog.records.header import (
-    BatchHeader, read_batch_header, set_base_offset, set_partition_leader_epoch)
+    BatchHeader, read_batch_header, set_base_offset, set_log_append_time,
+    set_partition_leader_epoch)
 
 log = logging.getLogger(__name__)
 
@@ -369,6 +370,8 @@ class Log:
         and those of them with a producer id."""
         view = memoryview(records).cast("B")
         batches = validate_append(view, self.config)
+        if self.config.checks_timestamps:
+            check_timestamps(view, batches, self.config, self._now_ms())
         # Only a batch with a producer id can be transactional (validate_append sees to it).
         idempotent = [h for _, h in batches if h.producer_id >= 0]
         if idempotent and not allow_transactional and any(h.is_transactional for h in idempotent):
@@ -391,10 +394,13 @@ class Log:
         first_offset = next_offset = self.log_end_offset
         buffers, assigned, spans = [], [], []
         start = 0
+        append_time = self._now_ms() if self.config.log_append_time else -1
         for index, buf, batches, _ in run:
             first = len(assigned)
             for position, header in batches:
                 set_base_offset(buf, position, next_offset)
+                if append_time >= 0:
+                    header = set_log_append_time(buf, position, header, append_time)
                 assigned.append((start + position, next_offset, header))
                 next_offset += header.last_offset_delta + 1
             spans.append((index, first, len(assigned)))
@@ -411,18 +417,19 @@ class Log:
         if record_producers:
             self._producers.record(assigned, self.active_segment.txn_index)
         for index, first, end in spans:
-            results[index] = self._appended(assigned[first:end])
+            results[index] = self._appended(assigned[first:end], append_time)
         return first_offset if rolled else None
 
-    def _appended(self, assigned: list[AssignedBatch]) -> AppendInfo:
-        """What an append of the ``assigned`` batches reports."""
+    def _appended(self, assigned: list[AssignedBatch], append_time: int = -1) -> AppendInfo:
+        """What an append of the ``assigned`` batches reports (``append_time``: the time
+        LogAppendTime stamped them with, -1 for CreateTime)."""
         if len(assigned) == 1:
             _, base_offset, header = assigned[0]
             return AppendInfo(base_offset, base_offset + header.last_offset_delta,
-                              header.max_timestamp, -1, self._log_start_offset,
+                              header.max_timestamp, append_time, self._log_start_offset,
                               header.records_count)
         return AppendInfo(assigned[0][1], assigned[-1][1] + assigned[-1][2].last_offset_delta,
-                          max(h.max_timestamp for _, _, h in assigned), -1,
+                          max(h.max_timestamp for _, _, h in assigned), append_time,
                           self._log_start_offset, sum(h.records_count for _, _, h in assigned))
 
     def _duplicate_appended(self, duplicate: BatchMetadata) -> AppendInfo:

@@ -51,6 +51,15 @@ TOPIC_CONFIGS: dict[str, TopicConfigKey] = {key.name: key for key in (
          "log.index.interval.bytes"),
     _key("max.message.bytes", "int", "largest record batch accepted, in bytes",
          "message.max.bytes"),
+    _key("message.timestamp.after.max.ms", "long",
+         "with CreateTime, refuse records timestamped more than this ahead of the broker's "
+         "clock", "log.message.timestamp.after.max.ms"),
+    _key("message.timestamp.before.max.ms", "long",
+         "with CreateTime, refuse records timestamped more than this before the broker's "
+         "clock", "log.message.timestamp.before.max.ms"),
+    _key("message.timestamp.type", "string",
+         "CreateTime (the producer's timestamps) or LogAppendTime (the broker's clock at "
+         "append)", "log.message.timestamp.type"),
     _key("min.cleanable.dirty.ratio", "double",
          "compact once the uncleaned bytes are at least this share of the log",
          "log.cleaner.min.cleanable.ratio"),

@@ -18,6 +18,7 @@ from __future__ import annotations
 from pylog.errors import (
     CorruptRecordError,
     InvalidRecordError,
+    InvalidTimestampError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
     RecordListTooLargeError,
@@ -102,6 +103,36 @@ def _check_keys(view: memoryview, position: int, header: BatchHeader) -> None:
         raise KeylessRecordError(
             f"batch at position {position} has {len(keyless)} record(s) with a null key; "
             "a compacted topic needs a key on every record", keyless)
+
+
+class RecordTimestampError(InvalidTimestampError):
+    """Records timestamped outside the topic's ``message.timestamp.before.max.ms`` /
+    ``after.max.ms`` window; ``batch_indexes`` are their indexes in the batch (Kafka
+    reports them per record, as ProduceResponse v8+ record_errors)."""
+
+    def __init__(self, message: str, batch_indexes: list[int]) -> None:
+        super().__init__(message)
+        self.batch_indexes = batch_indexes
+
+
+def check_timestamps(view: memoryview, batches: list[tuple[int, BatchHeader]],
+                     config: LogConfig, now_ms: int) -> None:
+    """Raise RecordTimestampError unless every record's timestamp lies within
+    [``now_ms`` - before.max.ms, ``now_ms`` + after.max.ms], as Kafka's ``LogValidator``
+    checks a CreateTime topic's records: each of them, as the batch's first and max
+    timestamps need not bound them all (a delta may be negative; the max is the
+    producer's word)."""
+    low = now_ms - config.timestamp_before_max_ms
+    high = now_ms + config.timestamp_after_max_ms
+    for position, header in batches:
+        timestamps = scan_records(view, position, header).timestamps
+        bad = [index for index, t in enumerate(timestamps) if not low <= t <= high]
+        if bad:
+            raise RecordTimestampError(
+                f"batch at position {position}: timestamp {timestamps[bad[0]]} of record "
+                f"{bad[0]} is out of range: timestamps must lie within [{low}, {high}] "
+                f"(message.timestamp.before.max.ms {config.timestamp_before_max_ms}, "
+                f"message.timestamp.after.max.ms {config.timestamp_after_max_ms})", bad)
 
 
 def check_follower_offsets(batches: list[tuple[int, BatchHeader]], log_end_offset: int) -> None:

@@ -160,9 +160,13 @@ def decode_section_into(buf: bytes | bytearray | memoryview, pos: int, header: B
     """Decode the records of a checked batch, appending each field to its column."""
     if header.records_count < 0:
         raise RecordDecodeError(f"batch at position {pos}: negative record count")
+    first = len(timestamps)
     decode_records_into(records_section(buf, pos, header), header.records_count,
                         header.base_offset, header.base_timestamp,
                         offsets, timestamps, keys, values, headers)
+    if header.attributes & TIMESTAMP_TYPE_BIT:
+        # LogAppendTime: every record has the time the broker appended the batch.
+        timestamps[first:] = [header.max_timestamp] * (len(timestamps) - first)
 
 
 def iter_batches(buf: bytes | bytearray | memoryview, *,

@@ -27,7 +27,7 @@ import numpy as np
 from pylog.errors import CorruptRecordError
 from pylog.records.batch import decode_section_into, iter_batches, records_section
 from pylog.records.compression import Compression
-from pylog.records.header import BATCH_HEADER_SIZE
+from pylog.records.header import BATCH_HEADER_SIZE, TIMESTAMP_TYPE_BIT
 from pylog.records.record import Headers
 from pylog.records.vectorised import (
     BinaryColumn,
@@ -139,6 +139,7 @@ def _decode_vectorised(buf: bytes | bytearray | memoryview, skip_control: bool,
     counts: list[int] = []
     base_offsets: list[int] = []
     base_timestamps: list[int] = []
+    append_times: list[int | None] = []  # a LogAppendTime batch's time (None: CreateTime)
     section_ends: list[int] = []
     total = 0
     walk = _BatchWalk(buf, skip_control)
@@ -157,6 +158,8 @@ def _decode_vectorised(buf: bytes | bytearray | memoryview, skip_control: bool,
         counts.append(count)
         base_offsets.append(header.base_offset)
         base_timestamps.append(header.base_timestamp)
+        append_times.append(header.max_timestamp if header.attributes & TIMESTAMP_TYPE_BIT
+                            else None)
         total += len(section)
         section_ends.append(total)
     sections.append(PADDING)
@@ -168,6 +171,11 @@ def _decode_vectorised(buf: bytes | bytearray | memoryview, skip_control: bool,
         buffer, total, starts, np.repeat(np.array(base_offsets, np.int64), counts),
         np.repeat(np.array(base_timestamps, np.int64), counts),
         np.repeat(np.array(section_ends, np.int64), counts))
+    if any(at is not None for at in append_times):
+        # LogAppendTime: every record of such a batch has the time the broker appended it.
+        stamped = np.repeat(np.array([at is not None for at in append_times]), counts)
+        times = np.repeat(np.array([at or 0 for at in append_times], np.int64), counts)
+        decoded.timestamps = np.where(stamped, times, decoded.timestamps)
     fields = [decoded.offsets, decoded.timestamps, decoded.key_starts, decoded.key_lengths,
               decoded.value_starts, decoded.value_lengths]
     headers = decoded.headers

@@ -87,7 +87,8 @@ def _scan_native(section: bytes, count: int, header: BatchHeader) -> RecordSpans
     base_offset, base_timestamp = header.base_offset, header.base_timestamp
     return RecordSpans(section, np.frombuffer(starts, np.int64).tolist(), record_end,
                        [base_offset + d for d in offset_delta],
-                       [base_timestamp + d for d in ts_delta], keys,
+                       [header.max_timestamp] * count if header.attributes & _LOG_APPEND_TIME
+                       else [base_timestamp + d for d in ts_delta], keys,
                        [length < 0 for length in value_length])
 
 
@@ -116,6 +117,8 @@ def _scan_python(section: bytes, count: int, header: BatchHeader) -> RecordSpans
         raise RecordDecodeError("record runs past the end of the batch") from None
     if pos != end:
         raise RecordDecodeError(f"{end - pos} bytes after the last of {count} records")
+    if header.attributes & _LOG_APPEND_TIME:
+        timestamps = [header.max_timestamp] * count
     return RecordSpans(section, starts, ends, offsets, timestamps, keys, tombstones)
 
 

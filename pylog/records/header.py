@@ -48,6 +48,12 @@ _LENGTH_AND_MAGIC = struct.Struct(">qiib")  # baseOffset, batchLength, epoch, ma
 _BASE_OFFSET = struct.Struct(">q")
 _PARTITION_LEADER_EPOCH = struct.Struct(">i")
 _PARTITION_LEADER_EPOCH_POSITION = 12  # see the layout above
+_CRC = struct.Struct(">I")
+_CRC_POSITION = 17
+_ATTRIBUTES = struct.Struct(">h")
+_ATTRIBUTES_POSITION = 21
+_MAX_TIMESTAMP = struct.Struct(">q")
+_MAX_TIMESTAMP_POSITION = 35
 
 COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08
@@ -212,3 +218,17 @@ def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int
     """Overwrite the partitionLeaderEpoch field of the batch at ``buf[pos:]`` (the CRC stays
     valid: like baseOffset, the field is outside the bytes it covers)."""
     _PARTITION_LEADER_EPOCH.pack_into(buf, pos + _PARTITION_LEADER_EPOCH_POSITION, epoch)
+
+
+def set_log_append_time(buf: bytearray | memoryview, pos: int, header: BatchHeader,
+                        timestamp: int) -> BatchHeader:
+    """Stamp the batch at ``buf[pos:]`` with the broker's append time, as a topic with
+    ``message.timestamp.type=LogAppendTime`` does: the timestampType bit set, maxTimestamp
+    ``timestamp`` (every record of the batch then has it) and the CRC recomputed. The
+    records keep their deltas. Returns the batch's new header."""
+    attributes = header.attributes | TIMESTAMP_TYPE_BIT
+    _ATTRIBUTES.pack_into(buf, pos + _ATTRIBUTES_POSITION, attributes)
+    _MAX_TIMESTAMP.pack_into(buf, pos + _MAX_TIMESTAMP_POSITION, timestamp)
+    crc = compute_crc(buf, pos, header.size)
+    _CRC.pack_into(buf, pos + _CRC_POSITION, crc)
+    return header._replace(crc=crc, attributes=attributes, max_timestamp=timestamp)

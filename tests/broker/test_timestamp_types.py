@@ -1,0 +1,143 @@
+"""Topic timestamp configs on a real broker, seen by clients nobody here wrote.
+
+``message.timestamp.type=LogAppendTime``: the broker stamps each batch it appends with
+its clock; librdkafka's delivery reports and consumers, kafka-python's consumer and
+ListOffsets by time all see that time. ``message.timestamp.before.max.ms`` and
+``after.max.ms``: a CreateTime topic refuses records timestamped too far from the
+broker's clock with INVALID_TIMESTAMP, naming the records, and writes nothing of them.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import (
+    TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError, KafkaException,
+    Producer, TopicPartition)
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KafkaPythonPartition
+
+from pylog.protocol import ApiKey
+from pylog.records import build_batch
+from tests.broker.wire import WireClient, fetch_body, produce_body
+
+INVALID_TIMESTAMP = 32
+HOUR_MS = 3600_000
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def create(broker, topic: str, **configs: str) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, config=configs)])[topic].result(30)
+
+
+def produce(broker, topic: str, timestamps: list[int]) -> list:
+    """One message per timestamp; the delivery reports, in order, as (error code,
+    (timestamp type, timestamp), offset)."""
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    reports = []
+    for i, timestamp in enumerate(timestamps):
+        producer.produce(topic, b"v%d" % i, partition=0, timestamp=timestamp,
+                         on_delivery=lambda err, msg: reports.append(
+                             (err and err.code(), msg.timestamp(), msg.offset())))
+    assert producer.flush(30) == 0
+    return reports
+
+
+def consume(broker, topic: str, count: int) -> list:
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"ts-{topic}",
+                         "auto.offset.reset": "earliest", "check.crcs": True})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got, deadline = [], time.monotonic() + 30
+    while len(got) < count and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None:
+            assert msg.error() is None, msg.error()
+            got.append((msg.offset(), msg.timestamp()))
+    consumer.close()
+    return got
+
+
+def test_log_append_time_replaces_the_producers_timestamps(broker):
+    create(broker, "ts-append", **{"message.timestamp.type": "LogAppendTime"})
+    before = now_ms()
+    reports = produce(broker, "ts-append", [1000, 2000, 3000])
+    after = now_ms()
+    assert [error for error, _, _ in reports] == [None] * 3
+    stamps = {timestamp for _, timestamp, _ in reports}
+    assert len(stamps) == 1  # one batch, one append time
+    kind, stamp = stamps.pop()
+    assert kind == TIMESTAMP_LOG_APPEND_TIME and before <= stamp <= after
+    # librdkafka checks each batch's CRC: the stamped batch must have a new one.
+    assert consume(broker, "ts-append", 3) == [(offset, (TIMESTAMP_LOG_APPEND_TIME, stamp))
+                                               for offset in range(3)]
+    kafka_python = KafkaConsumer(bootstrap_servers=broker.bootstrap,
+                                 auto_offset_reset="earliest", check_crcs=True)
+    kafka_python.assign([KafkaPythonPartition("ts-append", 0)])
+    records, deadline = [], time.monotonic() + 30
+    while len(records) < 3 and time.monotonic() < deadline:
+        for batch in kafka_python.poll(timeout_ms=500).values():
+            records.extend(batch)
+    assert [(r.offset, r.timestamp_type, r.timestamp) for r in records] == [
+        (offset, 1, stamp) for offset in range(3)]
+    # ListOffsets by time finds the records by their append time, not their create time.
+    found = kafka_python.offsets_for_times({KafkaPythonPartition("ts-append", 0): 1500})
+    assert found[KafkaPythonPartition("ts-append", 0)].offset == 0
+    kafka_python.close()
+
+
+def test_altering_the_type_stamps_only_later_appends(broker):
+    create(broker, "ts-altered")
+    created = produce(broker, "ts-altered", [1234])
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    resource = ConfigResource("topic", "ts-altered", incremental_configs=[ConfigEntry(
+        "message.timestamp.type", "LogAppendTime",
+        incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    before = now_ms()
+    stamped = produce(broker, "ts-altered", [1234])
+    assert created[0][1] == (TIMESTAMP_CREATE_TIME, 1234)
+    kind, stamp = stamped[0][1]
+    assert kind == TIMESTAMP_LOG_APPEND_TIME and stamp >= before
+    assert consume(broker, "ts-altered", 2) == [(0, (TIMESTAMP_CREATE_TIME, 1234)),
+                                                (1, (TIMESTAMP_LOG_APPEND_TIME, stamp))]
+
+
+def test_records_outside_the_timestamp_window_are_refused(broker):
+    create(broker, "ts-window", **{"message.timestamp.before.max.ms": str(HOUR_MS),
+                                   "message.timestamp.after.max.ms": "60000"})
+    now = now_ms()
+    too_old, too_new = now - 2 * HOUR_MS, now + 10 * 60000
+    reports = [produce(broker, "ts-window", [timestamp])[0]
+               for timestamp in (too_old, now, too_new, now - HOUR_MS // 2)]
+    assert [error for error, _, _ in reports] == [
+        KafkaError.INVALID_TIMESTAMP, None, KafkaError.INVALID_TIMESTAMP, None]
+    assert [offset for _, _, offset in reports] == [None, 0, None, 1]
+    # A batch with one bad record among good ones: the record is named, nothing written.
+    with WireClient(broker.bootstrap) as wire:
+        now = now_ms()
+        records = build_batch([(None, b"a", (), now), (None, b"b", (), now - 3 * HOUR_MS),
+                               (None, b"c", (), now)])
+        answer = wire.call(ApiKey.PRODUCE, 8, produce_body("ts-window", {0: records}))
+        result = answer["responses"][0]["partition_responses"][0]
+        assert result["error_code"] == INVALID_TIMESTAMP
+        assert [e["batch_index"] for e in result["record_errors"]] == [1]
+        assert "message.timestamp.before.max.ms" in result["error_message"]
+        fetched = wire.call(ApiKey.FETCH, 11, fetch_body("ts-window", {0: 0}))
+        assert fetched["responses"][0]["partitions"][0]["high_watermark"] == 2
+
+
+@pytest.mark.parametrize("configs, key", [
+    ({"message.timestamp.type": "ArrivalTime"}, "message.timestamp.type"),
+    ({"message.timestamp.after.max.ms": "-1"}, "message.timestamp.after.max.ms"),
+])
+def test_a_bad_timestamp_config_is_refused_naming_the_key(broker, configs, key):
+    with pytest.raises(KafkaException) as refused:
+        create(broker, "ts-bad", **configs)
+    error = refused.value.args[0]
+    assert error.code() == KafkaError.INVALID_CONFIG and key in error.str()
