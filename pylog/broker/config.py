@@ -133,6 +133,9 @@ _SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
     "log.cleaner.min.cleanable.ratio": (_float, 0.5, "min.cleanable.dirty.ratio of topics"),
     "log.cleaner.min.compaction.lag.ms": (_int, 0, "min.compaction.lag.ms of topics"),
     "log.cleaner.delete.retention.ms": (_int, 24 * HOUR_MS, "delete.retention.ms of topics"),
+    "compression.type": (_str, "producer",
+                         "compression.type of topics: producer, uncompressed, gzip, snappy, "
+                         "lz4 or zstd"),
     "log.message.timestamp.type": (_str, "CreateTime",
                                    "message.timestamp.type of topics: CreateTime or "
                                    "LogAppendTime"),
@@ -527,6 +530,7 @@ class BrokerConfig:
                                                   self["log.cleaner.min.compaction.lag.ms"]),
             "log.cleaner.delete.retention.ms": ("delete_retention_ms",
                                                 self["log.cleaner.delete.retention.ms"]),
+            "compression.type": ("compression_type", self["compression.type"]),
             "log.message.timestamp.type": ("timestamp_type",
                                            self["log.message.timestamp.type"]),
             "log.message.timestamp.before.max.ms": (

@@ -9,15 +9,20 @@ CreateTopics or ``server.properties`` map onto it directly.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from pylog.errors import ConfigError
+from pylog.records.compression import Compression
 
 DAY_MS = 24 * 3600 * 1000
 MAX_SEGMENT_BYTES = 2**31 - 1  # positions in the offset index are int32
 MAX_LONG = 2**63 - 1  # Kafka's Long.MAX_VALUE: "no bound" for the timestamp checks
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+# compression.type: "producer" keeps each batch's codec; any other recompresses to it.
+COMPRESSION_TYPES = {"producer": None, "uncompressed": Compression.NONE,
+                     "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
+                     "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +77,19 @@ class LogConfig:
     broker's clock (INVALID_TIMESTAMP); MAX_LONG: no bound."""
     timestamp_after_max_ms: int = MAX_LONG
     """As ``timestamp_before_max_ms``, for a timestamp ahead of the broker's clock."""
+    compression_type: str = "producer"
+    """``producer``: batches keep the codec their producer chose; ``uncompressed``,
+    ``gzip``, ``snappy``, ``lz4`` or ``zstd``: the log recompresses every batch in another
+    codec to this one before writing it."""
+
+    # Derived in __post_init__, read on every append.
+    log_append_time: bool = field(init=False, repr=False, compare=False)
+    """The log stamps appended batches with its clock (``message.timestamp.type``)."""
+    checks_timestamps: bool = field(init=False, repr=False, compare=False)
+    """Producers' record timestamps are checked against the broker's clock: CreateTime
+    with a ``message.timestamp.before.max.ms`` or ``after.max.ms`` bound."""
+    codec: Compression | None = field(init=False, repr=False, compare=False)
+    """The codec every batch is written in (``compression.type``); None: the producer's."""
 
     def __post_init__(self) -> None:
         _check_range("segment_bytes", self.segment_bytes, 128, MAX_SEGMENT_BYTES)
@@ -97,28 +115,23 @@ class LogConfig:
         if self.timestamp_type not in TIMESTAMP_TYPES:
             raise ConfigError("timestamp_type", f"expected CreateTime or LogAppendTime, "
                                                 f"got {self.timestamp_type!r}")
+        if self.compression_type not in COMPRESSION_TYPES:
+            raise ConfigError("compression_type", "expected one of " + ", ".join(
+                COMPRESSION_TYPES) + f", got {self.compression_type!r}")
         _check_range("timestamp_before_max_ms", self.timestamp_before_max_ms, 0, MAX_LONG)
         _check_range("timestamp_after_max_ms", self.timestamp_after_max_ms, 0, MAX_LONG)
         for key in _BOOLEANS:
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(key, f"expected true or false, got {getattr(self, key)!r}")
+        object.__setattr__(self, "log_append_time", self.timestamp_type == "LogAppendTime")
+        object.__setattr__(self, "checks_timestamps", self.timestamp_type == "CreateTime" and (
+            self.timestamp_before_max_ms != MAX_LONG or self.timestamp_after_max_ms != MAX_LONG))
+        object.__setattr__(self, "codec", COMPRESSION_TYPES[self.compression_type])
 
     @property
     def compact(self) -> bool:
         """The cleaner compacts this log (``cleanup.policy`` has ``compact``)."""
         return "compact" in self.cleanup_policy
-
-    @property
-    def log_append_time(self) -> bool:
-        """The log stamps appended batches with its clock (``message.timestamp.type``)."""
-        return self.timestamp_type == "LogAppendTime"
-
-    @property
-    def checks_timestamps(self) -> bool:
-        """Producers' record timestamps are checked against the broker's clock: CreateTime
-        with a ``message.timestamp.before.max.ms`` or ``after.max.ms`` bound."""
-        return self.timestamp_type == "CreateTime" and (
-            self.timestamp_before_max_ms != MAX_LONG or self.timestamp_after_max_ms != MAX_LONG)
 
     @property
     def delete(self) -> bool:
@@ -185,12 +198,13 @@ _KAFKA_NAMES = {
     "message.timestamp.type": "timestamp_type",
     "message.timestamp.before.max.ms": "timestamp_before_max_ms",
     "message.timestamp.after.max.ms": "timestamp_after_max_ms",
+    "compression.type": "compression_type",
 }
 # Every topic config a LogConfig takes, by its Kafka name.
 TOPIC_CONFIG_NAMES = tuple(_KAFKA_NAMES)
 # Normalised spellings; Kafka accepts the list in either order (and with spaces).
 CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
-_FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(LogConfig)}
+_FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(LogConfig) if f.init}
 _OPTIONAL = {"flush_messages", "flush_ms", "retention_ms", "retention_bytes"}
 _BOOLEANS = ("expose_unflushed", "unclean_leader_election")
 
@@ -200,6 +214,8 @@ def _parse_value(key: str, field: str, raw: object) -> object:
         return parse_cleanup_policy(key, raw)
     if field == "timestamp_type":
         return str(raw).strip()
+    if field == "compression_type":
+        return str(raw).strip().lower()
     if field == "min_cleanable_dirty_ratio":
         try:
             return float(str(raw).strip())

@@ -56,6 +56,7 @@ from pylog.log.retention import count_deletable
 from pylog.log.segment import LogSegment
 from pylog.log.validation import check_follower_offsets, check_timestamps, validate_append
 from pylog.records.control import TxnMarker, build_marker_batch
+from pylog.records.filtering import recompressed
 from pylog.records.header import (
     BatchHeader, read_batch_header, set_base_offset, set_log_append_time,
     set_partition_leader_epoch)
@@ -372,6 +373,14 @@ class Log:
         batches = validate_append(view, self.config)
         if self.config.checks_timestamps:
             check_timestamps(view, batches, self.config, self._now_ms())
+        codec = self.config.codec
+        if codec is not None and any(h.compression != codec for _, h in batches):
+            # compression.type: recompressed, the batches are checked again (a batch may
+            # now exceed max.message.bytes, as in Kafka).
+            view = memoryview(bytearray(b"".join([
+                recompressed(view, position, h, codec) if h.compression != codec
+                else view[position:position + h.size] for position, h in batches])))
+            batches = validate_append(view, self.config)
         # Only a batch with a producer id can be transactional (validate_append sees to it).
         idempotent = [h for _, h in batches if h.producer_id >= 0]
         if idempotent and not allow_transactional and any(h.is_transactional for h in idempotent):

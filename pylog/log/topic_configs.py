@@ -37,6 +37,9 @@ TOPIC_CONFIGS: dict[str, TopicConfigKey] = {key.name: key for key in (
     _key("cleanup.policy", "list",
          "delete (retention by time and size), compact (keep each key's newest record) "
          "or both", "log.cleanup.policy"),
+    _key("compression.type", "string",
+         "producer (keep the producer's codec), uncompressed, gzip, snappy, lz4 or zstd "
+         "(recompress every batch to it)", "compression.type"),
     _key("delete.retention.ms", "long",
          "how long a compacted log keeps a tombstone after its timestamp",
          "log.cleaner.delete.retention.ms"),

@@ -27,7 +27,8 @@ from crc32c import crc32c
 from pylog.errors import RecordDecodeError
 from pylog.records.batch import records_section
 from pylog.records.compression import compress
-from pylog.records.header import BATCH_HEADER_SIZE, LOG_OVERHEAD, MAGIC, BatchHeader
+from pylog.records.header import (
+    BATCH_HEADER_SIZE, COMPRESSION_MASK, LOG_OVERHEAD, MAGIC, BatchHeader)
 from pylog.records.record import read_varint
 
 try:
@@ -148,6 +149,18 @@ def empty_batch(base_offset: int, last_offset_delta: int, max_timestamp: int,
     """A batch with no records covering ``base_offset .. base_offset + last_offset_delta``."""
     return _assemble(base_offset, partition_leader_epoch, 0, last_offset_delta, max_timestamp,
                      max_timestamp, -1, -1, -1, 0, b"")
+
+
+def recompressed(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader,
+                 codec: int) -> bytes:
+    """The (CRC-checked) batch at ``buf[pos:]`` with its records section compressed with
+    ``codec`` instead (a topic's ``compression.type``); the records and every other field
+    are unchanged, the length and CRC recomputed."""
+    body = compress(codec, records_section(buf, pos, header))
+    return _assemble(header.base_offset, header.partition_leader_epoch,
+                     (header.attributes & ~COMPRESSION_MASK) | codec, header.last_offset_delta,
+                     header.base_timestamp, header.max_timestamp, header.producer_id,
+                     header.producer_epoch, header.base_sequence, header.records_count, body)
 
 
 def with_last_offset_delta(batch: bytes, last_offset_delta: int) -> bytes:

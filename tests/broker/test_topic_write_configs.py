@@ -1,10 +1,13 @@
-"""Topic timestamp configs on a real broker, seen by clients nobody here wrote.
+"""The topic configs that change what a log writes, on a real broker, seen by clients
+nobody here wrote: timestamps and compression.
 
 ``message.timestamp.type=LogAppendTime``: the broker stamps each batch it appends with
 its clock; librdkafka's delivery reports and consumers, kafka-python's consumer and
 ListOffsets by time all see that time. ``message.timestamp.before.max.ms`` and
 ``after.max.ms``: a CreateTime topic refuses records timestamped too far from the
 broker's clock with INVALID_TIMESTAMP, naming the records, and writes nothing of them.
+``compression.type``: a codec other than ``producer`` recompresses every batch in another
+codec before it is written, keeping its records, producer fields and sequence.
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaPythonPartition
 
 from pylog.protocol import ApiKey
-from pylog.records import build_batch
+from pylog.records import build_batch, iter_batch_headers
+from pylog.records.compression import Compression
 from tests.broker.wire import WireClient, fetch_body, produce_body
 
 INVALID_TIMESTAMP = 32
+MESSAGE_TOO_LARGE = 10
 HOUR_MS = 3600_000
 
 
@@ -132,11 +137,61 @@ def test_records_outside_the_timestamp_window_are_refused(broker):
         assert fetched["responses"][0]["partitions"][0]["high_watermark"] == 2
 
 
+def fetched_batches(broker, topic: str) -> list:
+    """(base offset, codec, record count) of every batch of partition 0."""
+    with WireClient(broker.bootstrap) as wire:
+        answer = wire.call(ApiKey.FETCH, 11, fetch_body(topic, {0: 0}))
+    records = answer["responses"][0]["partitions"][0]["records"]
+    return [(h.base_offset, h.compression, h.records_count)
+            for _, h in iter_batch_headers(records)]
+
+
+def test_compression_type_recompresses_every_other_codec(broker):
+    create(broker, "zstd-topic", **{"compression.type": "zstd"})
+    sent = []
+    for codec in ("gzip", "none", "zstd", "snappy"):
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50,
+                             "compression.type": codec, "enable.idempotence": True})
+        values = [b"%s-%d " % (codec.encode(), i) * 20 for i in range(50)]
+        for value in values:
+            producer.produce("zstd-topic", value, key=value[:8], partition=0)
+        assert producer.flush(30) == 0
+        sent += values
+    batches = fetched_batches(broker, "zstd-topic")
+    assert {codec for _, codec, _ in batches} == {Compression.ZSTD}
+    assert sum(count for _, _, count in batches) == len(sent)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "zstd-topic",
+                         "check.crcs": True})
+    consumer.assign([TopicPartition("zstd-topic", 0, 0)])
+    got, deadline = [], time.monotonic() + 30
+    while len(got) < len(sent) and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None:
+            assert msg.error() is None, msg.error()
+            got.append(msg.value())
+    consumer.close()
+    assert got == sent
+
+
+def test_uncompressed_topics_check_the_size_after_decompressing(broker):
+    create(broker, "plain-topic", **{"compression.type": "uncompressed"})
+    with WireClient(broker.bootstrap) as wire:
+        small = build_batch([(None, b"s" * 1000, (), now_ms())], compression=Compression.LZ4)
+        # 300 KB of zeros compress to a few hundred bytes, over message.max.bytes (200000)
+        # once written uncompressed: refused, as Kafka refuses it.
+        large = build_batch([(None, bytes(300_000), (), now_ms())], compression=Compression.ZSTD)
+        for records, error in ((small, 0), (large, MESSAGE_TOO_LARGE)):
+            answer = wire.call(ApiKey.PRODUCE, 8, produce_body("plain-topic", {0: records}))
+            assert answer["responses"][0]["partition_responses"][0]["error_code"] == error
+    assert fetched_batches(broker, "plain-topic") == [(0, Compression.NONE, 1)]
+
+
 @pytest.mark.parametrize("configs, key", [
     ({"message.timestamp.type": "ArrivalTime"}, "message.timestamp.type"),
     ({"message.timestamp.after.max.ms": "-1"}, "message.timestamp.after.max.ms"),
+    ({"compression.type": "brotli"}, "compression.type"),
 ])
-def test_a_bad_timestamp_config_is_refused_naming_the_key(broker, configs, key):
+def test_a_bad_write_config_is_refused_naming_the_key(broker, configs, key):
     with pytest.raises(KafkaException) as refused:
         create(broker, "ts-bad", **configs)
     error = refused.value.args[0]
