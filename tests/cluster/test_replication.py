@@ -22,6 +22,8 @@ from confluent_kafka import KafkaError, Producer
 from pylog.client.admin import Admin
 from pylog.client.connection import BrokerConnection
 from pylog.protocol import ApiKey
+from pylog.records import iter_batch_headers
+from pylog.records.compression import Compression
 from tests.cluster.clients import kafka_python_consume
 from tests.cluster.cluster_helpers import LocalCluster
 from tests.cluster.conftest import wait_until
@@ -194,6 +196,28 @@ def test_former_leader_truncates_its_unreplicated_tail_and_rejoins(cluster):
     wait_until(lambda: len({segment_bytes(cluster, b) for b in cluster.brokers}) == 1,
                timeout=20, message="byte-identical replicas")
     assert "truncating" in cluster.brokers[leader].log_text()
+
+
+def test_batches_the_leader_rewrites_reach_the_followers_as_written(cluster):
+    """LogAppendTime and compression.type change batches on the leader (stamp, recompress);
+    the followers copy the leader's bytes, so every replica holds the same log."""
+    create_topic(cluster, configs={"message.timestamp.type": "LogAppendTime",
+                                   "compression.type": "zstd"})
+    producer = AcksAllProducer(cluster.bootstrap(), **{"compression.type": "gzip",
+                                                       "linger.ms": 20})
+    before = int(time.time() * 1000)
+    for n in range(200):
+        producer.produce(f"rewritten-{n}")
+    producer.flush()
+    assert producer.errors == [] and len(producer.acked) == 200
+    wait_until(lambda: len({segment_bytes(cluster, b) for b in cluster.brokers}) == 1,
+               message="the same log on every replica")
+    headers = [h for _, h in iter_batch_headers(segment_bytes(cluster, leader_of(cluster)))]
+    assert sum(h.records_count for h in headers) == 200
+    assert {(h.compression, h.timestamp_type) for h in headers} == {(Compression.ZSTD, 1)}
+    assert all(h.max_timestamp >= before for h in headers)
+    assert sorted(v for _, v in read_all(cluster, [0])) == sorted(f"rewritten-{n}"
+                                                                  for n in range(200))
 
 
 def test_paused_follower_leaves_the_isr_and_acks_all_needs_min_insync(cluster):
