@@ -133,6 +133,7 @@ _SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
     "log.cleaner.min.cleanable.ratio": (_float, 0.5, "min.cleanable.dirty.ratio of topics"),
     "log.cleaner.min.compaction.lag.ms": (_int, 0, "min.compaction.lag.ms of topics"),
     "log.cleaner.delete.retention.ms": (_int, 24 * HOUR_MS, "delete.retention.ms of topics"),
+    "log.cleaner.max.compaction.lag.ms": (_int, MAX_LONG, "max.compaction.lag.ms of topics"),
     "compression.type": (_str, "producer",
                          "compression.type of topics: producer, uncompressed, gzip, snappy, "
                          "lz4 or zstd"),
@@ -530,6 +531,8 @@ class BrokerConfig:
                                                   self["log.cleaner.min.compaction.lag.ms"]),
             "log.cleaner.delete.retention.ms": ("delete_retention_ms",
                                                 self["log.cleaner.delete.retention.ms"]),
+            "log.cleaner.max.compaction.lag.ms": ("max_compaction_lag_ms",
+                                                  self["log.cleaner.max.compaction.lag.ms"]),
             "compression.type": ("compression_type", self["compression.type"]),
             "log.message.timestamp.type": ("timestamp_type",
                                            self["log.message.timestamp.type"]),

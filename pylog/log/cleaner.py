@@ -1,5 +1,9 @@
 """Log compaction: keep the newest record of each key (Kafka's ``Cleaner``).
 
+Which log is cleaned next is the :class:`~pylog.log.cleaner_manager.CleanerManager`'s choice:
+the dirtiest one at or over ``min.cleanable.dirty.ratio``, or one whose oldest dirty segment
+is past ``max.compaction.lag.ms`` (:attr:`CleanableRange.overdue_ms`).
+
 One pass over a log whose ``cleanup.policy`` has ``compact`` (:meth:`Cleaner.clean`):
 
 1. The dirty part runs from ``first_dirty`` (the cleaner's checkpoint) to the first
@@ -45,14 +49,16 @@ from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple, Sequence
 
 from pylog.errors import CorruptRecordError, PylogError, TruncatedBatchError
 from pylog.log import layout, swap
-from pylog.log.config import LogConfig
+from pylog.log.config import MAX_LONG, LogConfig
 from pylog.log.file_records import FileRecords
 from pylog.log.offset_index import OffsetIndex
 from pylog.log.segment import LogSegment
 from pylog.log.time_index import TimeIndex
 from pylog.log.transaction_index import AbortedTxn, TransactionIndex
 from pylog.records.filtering import empty_batch, retain_records, scan_records, with_last_offset_delta
-from pylog.records.header import LOG_OVERHEAD, BatchHeader, check_crc, read_batch_header
+from pylog.records.header import (
+    BATCH_HEADER_SIZE, LOG_OVERHEAD, MAX_TIMESTAMP_POSITION, BatchHeader, check_crc,
+    read_batch_header)
 
 if TYPE_CHECKING:
     from pylog.log.log import Log
@@ -113,6 +119,9 @@ class CleanableRange:
     first_uncleanable: int
     clean_bytes: int
     dirty_bytes: int
+    overdue_ms: int = 0
+    """How long ago (ms) ``max.compaction.lag.ms`` ran out for the oldest dirty segment
+    (0: it has not): such a log is cleaned whatever its dirty ratio."""
 
     @property
     def dirty_ratio(self) -> float:
@@ -152,9 +161,19 @@ def cleanable_range(view: CleanerView, first_dirty: int, now_ms: int) -> Cleanab
             uncleanable = min(uncleanable, young)
     uncleanable = max(uncleanable, first_dirty)
     clean = sum(s.size for s in segments if s.next_offset <= first_dirty)
-    dirty = sum(s.size for s in segments
-                if s.next_offset > first_dirty and s.base_offset < uncleanable)
-    return CleanableRange(first_dirty, uncleanable, clean, dirty)
+    dirty_segments = [s for s in segments
+                      if s.next_offset > first_dirty and s.base_offset < uncleanable]
+    overdue = 0
+    if dirty_segments and view.config.max_compaction_lag_ms < MAX_LONG:
+        # As Kafka: the first batch of the oldest dirty segment dates it.
+        first = dirty_segments[0]
+        if first.size >= BATCH_HEADER_SIZE:
+            written = int.from_bytes(os.pread(first.fd, 8, MAX_TIMESTAMP_POSITION), "big",
+                                     signed=True)
+            if written >= 0:
+                overdue = max(0, now_ms - view.config.max_compaction_lag_ms - written)
+    return CleanableRange(first_dirty, uncleanable, clean, sum(s.size for s in dirty_segments),
+                          overdue)
 
 
 class Cleaner:

@@ -199,7 +199,8 @@ class LogCleaner:
             finally:
                 view.close()
             ratio = cleanable.dirty_ratio
-            if cleanable.dirty_bytes and ratio >= config.min_cleanable_dirty_ratio:
+            if cleanable.dirty_bytes and (ratio >= config.min_cleanable_dirty_ratio
+                                          or cleanable.overdue_ms > 0):
                 if best is None or ratio > best[0]:
                     best = (ratio, tp, log_dir, target, cleanable.first_dirty)
         if best is None:

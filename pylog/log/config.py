@@ -69,6 +69,10 @@ class LogConfig:
     """Records younger than this (ms, by segment's newest timestamp) are not compacted yet."""
     delete_retention_ms: int = DAY_MS
     """A compacted log keeps a tombstone (null value) this long (ms) after its timestamp."""
+    max_compaction_lag_ms: int = MAX_LONG
+    """A compacted log's records stay uncompacted at most about this long (ms): the active
+    segment rolls by then, and a log whose oldest dirty segment began longer ago is cleaned
+    whatever its dirty ratio (Kafka's KIP-354). MAX_LONG: no bound."""
     timestamp_type: str = "CreateTime"
     """``CreateTime``: records keep the producer's timestamps; ``LogAppendTime``: the log
     stamps each batch it appends with its own clock (every record then has that time)."""
@@ -90,6 +94,9 @@ class LogConfig:
     with a ``message.timestamp.before.max.ms`` or ``after.max.ms`` bound."""
     codec: Compression | None = field(init=False, repr=False, compare=False)
     """The codec every batch is written in (``compression.type``); None: the producer's."""
+    roll_ms: int = field(init=False, repr=False, compare=False)
+    """Roll when the active segment's first record is this old: ``segment_ms``, or for a
+    compacted log ``max_compaction_lag_ms`` if sooner (its records must become cleanable)."""
 
     def __post_init__(self) -> None:
         _check_range("segment_bytes", self.segment_bytes, 128, MAX_SEGMENT_BYTES)
@@ -112,6 +119,11 @@ class LogConfig:
                               f"must be between 0 and 1, got {self.min_cleanable_dirty_ratio!r}")
         _check_range("min_compaction_lag_ms", self.min_compaction_lag_ms, 0, None)
         _check_range("delete_retention_ms", self.delete_retention_ms, 0, None)
+        _check_range("max_compaction_lag_ms", self.max_compaction_lag_ms, 1, MAX_LONG)
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
+            raise ConfigError("max_compaction_lag_ms",
+                              f"{self.max_compaction_lag_ms} is less than "
+                              f"min.compaction.lag.ms {self.min_compaction_lag_ms}")
         if self.timestamp_type not in TIMESTAMP_TYPES:
             raise ConfigError("timestamp_type", f"expected CreateTime or LogAppendTime, "
                                                 f"got {self.timestamp_type!r}")
@@ -127,6 +139,8 @@ class LogConfig:
         object.__setattr__(self, "checks_timestamps", self.timestamp_type == "CreateTime" and (
             self.timestamp_before_max_ms != MAX_LONG or self.timestamp_after_max_ms != MAX_LONG))
         object.__setattr__(self, "codec", COMPRESSION_TYPES[self.compression_type])
+        object.__setattr__(self, "roll_ms", min(self.segment_ms, self.max_compaction_lag_ms)
+                           if "compact" in self.cleanup_policy else self.segment_ms)
 
     @property
     def compact(self) -> bool:
@@ -195,6 +209,7 @@ _KAFKA_NAMES = {
     "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
     "min.compaction.lag.ms": "min_compaction_lag_ms",
     "delete.retention.ms": "delete_retention_ms",
+    "max.compaction.lag.ms": "max_compaction_lag_ms",
     "message.timestamp.type": "timestamp_type",
     "message.timestamp.before.max.ms": "timestamp_before_max_ms",
     "message.timestamp.after.max.ms": "timestamp_after_max_ms",

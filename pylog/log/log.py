@@ -546,7 +546,7 @@ class Log:
         if segment.size == 0:
             return segment, False
         if (segment.size + incoming_bytes > self.config.segment_bytes
-                or segment.time_waited_for_roll(self._now_ms, max_timestamp) > self.config.segment_ms
+                or segment.time_waited_for_roll(self._now_ms, max_timestamp) > self.config.roll_ms
                 or segment.offset_index.is_full or segment.time_index.is_full
                 or last_offset - segment.base_offset > MAX_RELATIVE_OFFSET):
             return self._roll_locked(), True

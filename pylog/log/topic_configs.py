@@ -52,6 +52,9 @@ TOPIC_CONFIGS: dict[str, TopicConfigKey] = {key.name: key for key in (
          "log.flush.interval.ms"),
     _key("index.interval.bytes", "int", "log bytes between two offset index entries",
          "log.index.interval.bytes"),
+    _key("max.compaction.lag.ms", "long",
+         "compact records at most this long after they are written, whatever the dirty "
+         "ratio", "log.cleaner.max.compaction.lag.ms"),
     _key("max.message.bytes", "int", "largest record batch accepted, in bytes",
          "message.max.bytes"),
     _key("message.timestamp.after.max.ms", "long",

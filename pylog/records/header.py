@@ -53,7 +53,7 @@ _CRC_POSITION = 17
 _ATTRIBUTES = struct.Struct(">h")
 _ATTRIBUTES_POSITION = 21
 _MAX_TIMESTAMP = struct.Struct(">q")
-_MAX_TIMESTAMP_POSITION = 35
+MAX_TIMESTAMP_POSITION = 35
 
 COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08
@@ -228,7 +228,7 @@ def set_log_append_time(buf: bytearray | memoryview, pos: int, header: BatchHead
     records keep their deltas. Returns the batch's new header."""
     attributes = header.attributes | TIMESTAMP_TYPE_BIT
     _ATTRIBUTES.pack_into(buf, pos + _ATTRIBUTES_POSITION, attributes)
-    _MAX_TIMESTAMP.pack_into(buf, pos + _MAX_TIMESTAMP_POSITION, timestamp)
+    _MAX_TIMESTAMP.pack_into(buf, pos + MAX_TIMESTAMP_POSITION, timestamp)
     crc = compute_crc(buf, pos, header.size)
     _CRC.pack_into(buf, pos + _CRC_POSITION, crc)
     return header._replace(crc=crc, attributes=attributes, max_timestamp=timestamp)

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch
 
-from pylog.errors import InvalidRecordError
+from pylog.errors import ConfigError, InvalidRecordError
 from pylog.log import Log, LogConfig, LogManager, layout, swap
 from pylog.log.cleaner import Cleaner
 from pylog.log.cleaner_manager import CleanerConfig
@@ -361,3 +361,42 @@ def test_log_manager_cleans_compacted_logs_and_checkpoints(tmp_path, clock):
     again.load()
     assert again.cleaner.first_dirty(TopicPartition("compacted", 0), tmp_path) == result.end
     again.close()
+
+
+def test_max_compaction_lag_rolls_and_cleans_a_log_below_its_dirty_ratio(tmp_path, clock):
+    manager = LogManager([tmp_path], LogConfig(), clock,
+                         cleaner_config=CleanerConfig(threads=1, backoff_ms=10, dedupe_buffer_size=1 << 20))
+    manager.load()
+    log = manager.get_or_create("lagged", 0, compact_config(
+        segment_bytes=1 << 20, min_cleanable_dirty_ratio=0.9, max_compaction_lag_ms=60_000))
+    written = []
+    for i in range(40):
+        written += write(log, [(KEYS[i % 4], f"v{i}".encode())], clock)
+    log.roll()
+    assert manager.cleaner.clean_once() is not None  # nothing clean yet: the ratio is 1
+    # A little more, rolled: a dirty ratio far below 0.9, so it waits...
+    for i in range(40, 44):
+        written += write(log, [(KEYS[i % 4], f"v{i}".encode())], clock)
+    log.roll()
+    clock.advance(ms=30_000)
+    assert manager.cleaner.clean_once() is None
+    # ...until max.compaction.lag.ms has passed since its first record.
+    clock.advance(ms=30_010)
+    assert manager.cleaner.clean_once() is not None
+    assert read_all(log)[0] == expected_after_cleaning(written, log.active_segment.base_offset,
+                                                       clock.ms)
+    # The active segment rolls once its first record is max.compaction.lag.ms old, even
+    # though segment.ms (7 days) is far off: its records must become cleanable.
+    active = log.active_segment.base_offset
+    written += write(log, [(KEYS[0], b"young")], clock)
+    assert log.active_segment.base_offset == active
+    clock.advance(ms=60_010)
+    written += write(log, [(KEYS[0], b"next")], clock)
+    assert log.active_segment.base_offset == written[-1].offset
+    manager.close()
+
+
+def test_max_compaction_lag_below_the_min_is_refused():
+    with pytest.raises(ConfigError, match="max.compaction.lag.ms"):
+        LogConfig().with_overrides({"min.compaction.lag.ms": "5000",
+                                    "max.compaction.lag.ms": "1000"})
