@@ -111,6 +111,9 @@ _SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
     "log.segment.bytes": (_int, 1 << 30, "roll a segment at this size"),
     "log.roll.ms": (_int, None, "roll a segment after this long"),
     "log.roll.hours": (_int, 168, "roll a segment after this many hours"),
+    "log.roll.jitter.ms": (_int, None, "roll each segment up to this much before log.roll.ms "
+                                       "(drawn at random per segment)"),
+    "log.roll.jitter.hours": (_int, 0, "as log.roll.jitter.ms, in hours"),
     "log.retention.ms": (_int, None, "delete segments older than this (-1: keep)"),
     "log.retention.minutes": (_int, None, "as log.retention.ms, in minutes"),
     "log.retention.hours": (_int, 168, "as log.retention.ms, in hours"),
@@ -503,6 +506,12 @@ class BrokerConfig:
         return self["log.roll.hours"] * HOUR_MS
 
     @property
+    def roll_jitter_ms(self) -> int:
+        if self["log.roll.jitter.ms"] is not None:
+            return self["log.roll.jitter.ms"]
+        return self["log.roll.jitter.hours"] * HOUR_MS
+
+    @property
     def log_config(self) -> LogConfig:
         """The default LogConfig of every partition (topic configs override it)."""
         retention_bytes = self["log.retention.bytes"]
@@ -511,6 +520,7 @@ class BrokerConfig:
         settings = {
             "log.segment.bytes": ("segment_bytes", self["log.segment.bytes"]),
             "log.roll.ms": ("segment_ms", self.roll_ms),
+            "log.roll.jitter.ms": ("segment_jitter_ms", self.roll_jitter_ms),
             "log.index.interval.bytes": ("index_interval_bytes", self["log.index.interval.bytes"]),
             "log.index.size.max.bytes": ("segment_index_bytes", self["log.index.size.max.bytes"]),
             "log.flush.interval.messages": ("flush_messages", flush_messages),

@@ -40,6 +40,9 @@ class LogConfig:
     """Roll to a new segment when the active one would grow past this many bytes."""
     segment_ms: int = 7 * DAY_MS
     """Roll when the first batch of the active segment is older than this (ms)."""
+    segment_jitter_ms: int = 0
+    """Each segment rolls up to this much (ms, drawn at random per segment) before
+    ``segment_ms``, so the partitions of topics created together do not all roll at once."""
     segment_index_bytes: int = 10 * 1024 * 1024
     """Maximum size of each segment's index files; a full index rolls the segment."""
     index_interval_bytes: int = 4096
@@ -101,6 +104,7 @@ class LogConfig:
     def __post_init__(self) -> None:
         _check_range("segment_bytes", self.segment_bytes, 128, MAX_SEGMENT_BYTES)
         _check_range("segment_ms", self.segment_ms, 1, None)
+        _check_range("segment_jitter_ms", self.segment_jitter_ms, 0, None)
         _check_range("segment_index_bytes", self.segment_index_bytes, 12, MAX_SEGMENT_BYTES)
         _check_range("index_interval_bytes", self.index_interval_bytes, 0, None)
         _check_optional("flush_messages", self.flush_messages, 1)
@@ -195,6 +199,7 @@ class LogConfig:
 _KAFKA_NAMES = {
     "segment.bytes": "segment_bytes",
     "segment.ms": "segment_ms",
+    "segment.jitter.ms": "segment_jitter_ms",
     "segment.index.bytes": "segment_index_bytes",
     "index.interval.bytes": "index_interval_bytes",
     "flush.messages": "flush_messages",

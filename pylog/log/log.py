@@ -33,6 +33,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+import random
 import shutil
 import threading
 import time
@@ -95,6 +96,8 @@ class Log:
                  epochs: LeaderEpochCache, producers: ProducerStateManager | None = None) -> None:
         self.directory = directory
         self.config = config
+        self._jitter = random.random()  # this segment's share of segment.jitter.ms
+        self._roll_after_ms = self._draw_roll_time()
         self._clock = clock
         self._lock = threading.RLock()
         self._segments = segments
@@ -254,6 +257,16 @@ class Log:
         """Apply a new config; it takes effect from the next append, roll or retention run."""
         with self._lock:
             self.config = config
+            self._roll_after_ms = self._draw_roll_time()
+
+    def _draw_roll_time(self) -> int:
+        """How old the active segment may grow (ms) before it rolls: ``roll_ms`` less this
+        segment's random share of ``segment.jitter.ms`` (``_jitter`` is drawn per segment,
+        as Kafka draws ``rollJitterMs``)."""
+        jitter = self.config.segment_jitter_ms
+        if not jitter:
+            return self.config.roll_ms
+        return self.config.roll_ms - int(self._jitter * min(jitter, self.config.roll_ms))
 
     def add_append_listener(self, callback: AppendListener) -> None:
         """Call ``callback(log)`` after every append, and after a flush when
@@ -546,7 +559,7 @@ class Log:
         if segment.size == 0:
             return segment, False
         if (segment.size + incoming_bytes > self.config.segment_bytes
-                or segment.time_waited_for_roll(self._now_ms, max_timestamp) > self.config.roll_ms
+                or segment.time_waited_for_roll(self._now_ms, max_timestamp) > self._roll_after_ms
                 or segment.offset_index.is_full or segment.time_index.is_full
                 or last_offset - segment.base_offset > MAX_RELATIVE_OFFSET):
             return self._roll_locked(), True
@@ -572,6 +585,8 @@ class Log:
         self._producers.snapshot(new.base_offset)
         self._segments.append(new)
         self._bases.append(new.base_offset)
+        self._jitter = random.random()
+        self._roll_after_ms = self._draw_roll_time()
         return new
 
     def _flush_rolled(self, up_to: int) -> None:

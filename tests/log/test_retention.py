@@ -160,3 +160,23 @@ def test_concurrent_readers_and_retention_never_crash(tmp_path, clock):
         t.join()
     assert failures == [] and batches_read[0] > 0
     assert log.log_start_offset > 0
+
+
+def test_segment_jitter_spreads_the_rolls_of_logs_written_together(tmp_path, clock):
+    """segment.jitter.ms: each segment rolls at segment.ms less its own random share of the
+    jitter, so logs written at the same time do not all roll at the same time."""
+    config = LogConfig(segment_ms=HOUR_MS, segment_jitter_ms=HOUR_MS // 2)
+    logs = [Log.open(tmp_path / f"t-{i}", config, clock) for i in range(40)]
+    start = clock.ms
+
+    def rolled_after(waited_ms: int, tag: int) -> int:
+        for log in logs:
+            log.append(make_batch(1, timestamp_ms=start + waited_ms, tag=tag))
+        return sum(len(log.segments) > 1 for log in logs)
+
+    assert rolled_after(0, 0) == 0
+    assert rolled_after(HOUR_MS // 2, 1) == 0  # the jitter is at most half of segment.ms
+    assert 0 < rolled_after(HOUR_MS * 3 // 4, 2) < len(logs)  # each with chance 1/2
+    assert rolled_after(HOUR_MS + 1, 3) == len(logs)
+    for log in logs:
+        log.close()
