@@ -11,8 +11,9 @@
    through a 1 MB buffer as the sendfile baseline drains, which leaves the broker's own
    cost. Prints MB/s and the ratios.
 4. Consume: the same confluent-kafka consumer reading the same messages (1000 bytes,
-   ``--consume-per-partition`` in each of 16 partitions, produced by librdkafka into
-   both) from pylog and from librdkafka's mock cluster, and the ratio.
+   ``--consume-per-partition`` in each of 16 partitions) from pylog and from librdkafka's
+   mock cluster, and the ratio: once with the messages produced by librdkafka into both,
+   once with the fetch section's data (1 MB batches of 1000 records, raw Produce).
 3. The Kafka paper's producer test: 200-byte messages sent in batches of 1 and of 50
    (paper: about 50k and 400k msgs/s on its 2011 hardware).
 
@@ -379,8 +380,9 @@ def kcat_rate(bootstrap: str, topic: str, count: int, batch: int | None, *mock: 
         return count / (time.perf_counter() - start)
 
 
-def fill_partition(bootstrap: str, topic: str, total_bytes: int) -> int:
-    """Append ~total_bytes of 1000-byte records with raw 1 MB produce requests."""
+def fill_partition(bootstrap: str, topic: str, total_bytes: int, partition: int = 0) -> int:
+    """Append ~total_bytes of 1000-byte records with raw 1 MB produce requests (1 MB
+    batches of 1000 identical records from ``build_batch``); returns the record count."""
     host, port = bootstrap.rsplit(":", 1)
     batch = build_batch([(None, b"r" * 1000, (), int(time.time() * 1000))] * 1000)
     records = 0
@@ -389,7 +391,7 @@ def fill_partition(bootstrap: str, topic: str, total_bytes: int) -> int:
         sent = 0
         while sent < total_bytes:
             body = {"transactional_id": None, "acks": 1, "timeout_ms": 30000, "topic_data": [
-                {"name": topic, "partition_data": [{"index": 0, "records": batch}]}]}
+                {"name": topic, "partition_data": [{"index": partition, "records": batch}]}]}
             sock.sendall(encode_request(ApiKey.PRODUCE, 8, 1, "bench", body))
             size = int.from_bytes(reader.read(4), "big")
             reader.read(size)
@@ -628,9 +630,11 @@ def sendfile_rate(total_bytes: int, landing_bytes: int = 1 << 20,
 
 
 def bench_consume(broker: BrokerProcess, per_partition: int, repeat: int = 3) -> None:
-    """The same consumer and the same data (written by librdkafka) from pylog and from
-    the mock cluster. The mock keeps only the last few megabytes of each partition, so
-    the data is spread over ``CONSUME_PARTITIONS`` partitions of a few MB each.
+    """The same consumer and the same data from pylog and from the mock cluster, for two
+    data sets: records written by librdkafka, and the 1 MB batches of 1000 records that
+    ``fill_partition`` writes with raw Produce requests (the fetch section's data). The
+    mock keeps only the last few megabytes of each partition, so the data is spread over
+    ``CONSUME_PARTITIONS`` partitions of a few MB each.
 
     Two consumer settings: librdkafka's default fetch sizes, and ``LARGE_FETCHES``. The
     mock answers a Fetch with one producer batch per partition whatever the sizes asked
@@ -639,32 +643,45 @@ def bench_consume(broker: BrokerProcess, per_partition: int, repeat: int = 3) ->
     before it parses any of it, while the mock's client parses one small answer as the
     next arrives. The two settings show that difference next to the broker's speed."""
     count = per_partition * CONSUME_PARTITIONS
-    print(f"\n-- consume: {count} x 1000-byte values in {CONSUME_PARTITIONS} partitions, "
-          "written by librdkafka into each")
     mock = MockCluster()
-    settings = {"librdkafka's default fetch sizes": {},
-                "16 MB per partition, 50 MB per fetch": LARGE_FETCHES}
-    pairs: dict[str, list[tuple[float, float]]] = {name: [] for name in settings}
     try:
         for bootstrap in (broker.bootstrap, mock.bootstrap):
             if bootstrap == mock.bootstrap:
                 mock.create_topic("consume", CONSUME_PARTITIONS)
+                mock.create_topic("consume-raw", CONSUME_PARTITIONS)
             else:
                 create_topic(bootstrap, "consume", CONSUME_PARTITIONS)
+                create_topic(bootstrap, "consume-raw", CONSUME_PARTITIONS)
             produce_values(bootstrap, "consume", count, 1000, CONSUME_PARTITIONS)
-        _check_mock_kept_everything(mock.bootstrap, "consume", CONSUME_PARTITIONS)
-        for bootstrap in (broker.bootstrap, mock.bootstrap):
-            # Not counted: the first consumer of a group makes pylog create its offsets
-            # topic, and the first read of the files may come from disk.
-            consume_rate(bootstrap, "consume", count, CONSUME_PARTITIONS)
-        # Alternate the two, several times: on a shared machine one pair can mislead.
-        for _ in range(repeat):
-            for name, sizes in settings.items():
-                pairs[name].append(
-                    (consume_rate(broker.bootstrap, "consume", count, CONSUME_PARTITIONS, sizes),
-                     consume_rate(mock.bootstrap, "consume", count, CONSUME_PARTITIONS, sizes)))
+            raw_count = sum(fill_partition(bootstrap, "consume-raw", per_partition * 1000, p)
+                            for p in range(CONSUME_PARTITIONS))
+        for topic in ("consume", "consume-raw"):
+            _check_mock_kept_everything(mock.bootstrap, topic, CONSUME_PARTITIONS)
+        print(f"\n-- consume: {count} x 1000-byte values in {CONSUME_PARTITIONS} partitions, "
+              "written by librdkafka into each")
+        _consume_pairs(broker.bootstrap, mock.bootstrap, "consume", count, repeat)
+        print(f"the same consumer, {raw_count} x 1000-byte values in {CONSUME_PARTITIONS} "
+              "partitions, written as 1 MB batches of 1000 records by raw Produce requests "
+              "(fill_partition)")
+        _consume_pairs(broker.bootstrap, mock.bootstrap, "consume-raw", raw_count, repeat)
     finally:
         mock.close()
+
+
+def _consume_pairs(ours: str, mock: str, topic: str, count: int, repeat: int) -> None:
+    settings = {"librdkafka's default fetch sizes": {},
+                "16 MB per partition, 50 MB per fetch": LARGE_FETCHES}
+    pairs: dict[str, list[tuple[float, float]]] = {name: [] for name in settings}
+    for bootstrap in (ours, mock):
+        # Not counted: the first consumer of a group makes pylog create its offsets
+        # topic, and the first read of the files may come from disk.
+        consume_rate(bootstrap, topic, count, CONSUME_PARTITIONS)
+    # Alternate the two, several times: on a shared machine one pair can mislead.
+    for _ in range(repeat):
+        for name, sizes in settings.items():
+            pairs[name].append(
+                (consume_rate(ours, topic, count, CONSUME_PARTITIONS, sizes),
+                 consume_rate(mock, topic, count, CONSUME_PARTITIONS, sizes)))
     for name, runs in pairs.items():
         _print_runs(f"confluent-kafka consumer, {name}", runs, lambda rate: f"{rate:.1f} MB/s")
 
