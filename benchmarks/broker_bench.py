@@ -11,14 +11,16 @@
    through a 1 MB buffer as the sendfile baseline drains, which leaves the broker's own
    cost. Prints MB/s and the ratios.
 4. Consume: the same confluent-kafka consumer reading the same messages (1000 bytes,
-   ``--consume-per-partition`` in each of 16 partitions) from pylog and from librdkafka's
-   mock cluster, and the ratio: once with the messages produced by librdkafka into both,
-   once with the fetch section's data (1 MB batches of 1000 records, raw Produce).
+   ``--consume-per-partition`` in each of ``--consume-partitions``) from pylog and from
+   librdkafka's mock cluster, and the ratio: once with the messages produced by librdkafka
+   into both, once with the fetch section's data (1 MB batches of 1000 records, raw
+   Produce).
 3. The Kafka paper's producer test: 200-byte messages sent in batches of 1 and of 50
    (paper: about 50k and 400k msgs/s on its 2011 hardware).
 
     python benchmarks/broker_bench.py [--messages 300000] [--fetch-mb 1024]
-        [--consume-per-partition 4000] [--only produce|paper|fetch|consume]
+        [--consume-per-partition 4000] [--consume-partitions 16]
+        [--only produce|paper|fetch|consume]
 """
 
 from __future__ import annotations
@@ -629,12 +631,13 @@ def sendfile_rate(total_bytes: int, landing_bytes: int = 1 << 20,
         return size / elapsed / 1e6
 
 
-def bench_consume(broker: BrokerProcess, per_partition: int, repeat: int = 3) -> None:
+def bench_consume(broker: BrokerProcess, per_partition: int, repeat: int = 3,
+                  partitions: int = 16) -> None:
     """The same consumer and the same data from pylog and from the mock cluster, for two
     data sets: records written by librdkafka, and the 1 MB batches of 1000 records that
     ``fill_partition`` writes with raw Produce requests (the fetch section's data). The
     mock keeps only the last few megabytes of each partition, so the data is spread over
-    ``CONSUME_PARTITIONS`` partitions of a few MB each.
+    ``partitions`` partitions of a few MB each.
 
     Two consumer settings: librdkafka's default fetch sizes, and ``LARGE_FETCHES``. The
     mock answers a Fetch with one producer batch per partition whatever the sizes asked
@@ -642,51 +645,50 @@ def bench_consume(broker: BrokerProcess, per_partition: int, repeat: int = 3) ->
     first answer holds nearly all the data (52 MB here), which the client receives whole
     before it parses any of it, while the mock's client parses one small answer as the
     next arrives. The two settings show that difference next to the broker's speed."""
-    count = per_partition * CONSUME_PARTITIONS
+    count = per_partition * partitions
     mock = MockCluster()
     try:
         for bootstrap in (broker.bootstrap, mock.bootstrap):
             if bootstrap == mock.bootstrap:
-                mock.create_topic("consume", CONSUME_PARTITIONS)
-                mock.create_topic("consume-raw", CONSUME_PARTITIONS)
+                mock.create_topic("consume", partitions)
+                mock.create_topic("consume-raw", partitions)
             else:
-                create_topic(bootstrap, "consume", CONSUME_PARTITIONS)
-                create_topic(bootstrap, "consume-raw", CONSUME_PARTITIONS)
-            produce_values(bootstrap, "consume", count, 1000, CONSUME_PARTITIONS)
+                create_topic(bootstrap, "consume", partitions)
+                create_topic(bootstrap, "consume-raw", partitions)
+            produce_values(bootstrap, "consume", count, 1000, partitions)
             raw_count = sum(fill_partition(bootstrap, "consume-raw", per_partition * 1000, p)
-                            for p in range(CONSUME_PARTITIONS))
+                            for p in range(partitions))
         for topic in ("consume", "consume-raw"):
-            _check_mock_kept_everything(mock.bootstrap, topic, CONSUME_PARTITIONS)
-        print(f"\n-- consume: {count} x 1000-byte values in {CONSUME_PARTITIONS} partitions, "
+            _check_mock_kept_everything(mock.bootstrap, topic, partitions)
+        print(f"\n-- consume: {count} x 1000-byte values in {partitions} partitions, "
               "written by librdkafka into each")
-        _consume_pairs(broker.bootstrap, mock.bootstrap, "consume", count, repeat)
-        print(f"the same consumer, {raw_count} x 1000-byte values in {CONSUME_PARTITIONS} "
+        _consume_pairs(broker.bootstrap, mock.bootstrap, "consume", count, repeat, partitions)
+        print(f"the same consumer, {raw_count} x 1000-byte values in {partitions} "
               "partitions, written as 1 MB batches of 1000 records by raw Produce requests "
               "(fill_partition)")
-        _consume_pairs(broker.bootstrap, mock.bootstrap, "consume-raw", raw_count, repeat)
+        _consume_pairs(broker.bootstrap, mock.bootstrap, "consume-raw", raw_count, repeat,
+                       partitions)
     finally:
         mock.close()
 
 
-def _consume_pairs(ours: str, mock: str, topic: str, count: int, repeat: int) -> None:
+def _consume_pairs(ours: str, mock: str, topic: str, count: int, repeat: int,
+                   partitions: int) -> None:
     settings = {"librdkafka's default fetch sizes": {},
                 "16 MB per partition, 50 MB per fetch": LARGE_FETCHES}
     pairs: dict[str, list[tuple[float, float]]] = {name: [] for name in settings}
     for bootstrap in (ours, mock):
         # Not counted: the first consumer of a group makes pylog create its offsets
         # topic, and the first read of the files may come from disk.
-        consume_rate(bootstrap, topic, count, CONSUME_PARTITIONS)
+        consume_rate(bootstrap, topic, count, partitions)
     # Alternate the two, several times: on a shared machine one pair can mislead.
     for _ in range(repeat):
         for name, sizes in settings.items():
             pairs[name].append(
-                (consume_rate(ours, topic, count, CONSUME_PARTITIONS, sizes),
-                 consume_rate(mock, topic, count, CONSUME_PARTITIONS, sizes)))
+                (consume_rate(ours, topic, count, partitions, sizes),
+                 consume_rate(mock, topic, count, partitions, sizes)))
     for name, runs in pairs.items():
         _print_runs(f"confluent-kafka consumer, {name}", runs, lambda rate: f"{rate:.1f} MB/s")
-
-
-CONSUME_PARTITIONS = 16
 
 
 def _check_mock_kept_everything(bootstrap: str, topic: str, partitions: int) -> None:
@@ -731,6 +733,8 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=300_000)
     parser.add_argument("--fetch-mb", type=int, default=1024)
     parser.add_argument("--consume-per-partition", type=int, default=4000)
+    parser.add_argument("--consume-partitions", type=int, default=16,
+                        help="partitions the consume section spreads its records over")
     parser.add_argument("--repeat", type=int, default=3, help="consume runs of each")
     parser.add_argument("--only", choices=["produce", "paper", "fetch", "consume"],
                         help="run one part only")
@@ -747,7 +751,8 @@ def main() -> int:
             if args.only in (None, "fetch"):
                 bench_fetch(broker, args.fetch_mb)
             if args.only in (None, "consume"):
-                bench_consume(broker, args.consume_per_partition, args.repeat)
+                bench_consume(broker, args.consume_per_partition, args.repeat,
+                              args.consume_partitions)
     return 0
 
 
