@@ -72,8 +72,13 @@ class PartitionLogs:
     """Logs of the partitions this broker leads, by TopicPartition."""
 
     def __init__(self, manager: LogManager, metadata: ClusterMetadata,
-                 default_config: LogConfig, waiters: AppendWaiters) -> None:
+                 default_config: LogConfig, waiters: AppendWaiters, *,
+                 clustered: bool = False) -> None:
         self.manager = manager
+        # A cluster's replica manager (set once it exists) creates and deletes replicas;
+        # known from the start, so a metadata change delivered before it is set does not
+        # take the standalone path.
+        self.clustered = clustered
         self.metadata = metadata
         self.default_config = default_config
         self.waiters = waiters
@@ -108,6 +113,9 @@ class PartitionLogs:
         tp = TopicPartition(topic, partition)
         if self.replicas is not None:
             return self.replicas.leader_replica(tp, current_leader_epoch).log
+        if self.clustered:
+            raise NotLeaderOrFollowerError(f"broker {self.metadata.local_broker_id} is "
+                                           f"starting: it leads no partition yet")
         existing = self._logs.get(tp)
         meta = self.metadata.topic(topic)
         state = None if meta is None else meta.partitions.get(partition)
@@ -141,7 +149,7 @@ class PartitionLogs:
         with self._lock:
             existing = self._logs.get(tp)
             if existing is None:
-                if self.replicas is None:
+                if not self.clustered:
                     meta = self.metadata.topic(topic)
                     if meta is None or partition not in meta.partitions:
                         raise UnknownTopicOrPartitionError(f"{tp} does not exist")
@@ -187,7 +195,7 @@ class PartitionLogs:
                         del self._logs[tp]
                         log.info("deleting %s: its topic was deleted", tp)
                         self.manager.delete_partition(tp.topic, tp.partition)
-            if self.replicas is None:
+            if not self.clustered:
                 self._create_led_logs(topics)
 
     def _create_led_logs(self, topics: Mapping) -> None:

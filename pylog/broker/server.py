@@ -185,7 +185,8 @@ class Broker:
         self.manager.load()
         self.metadata = build_cluster_metadata(config, endpoint)
         waiters = AppendWaiters()
-        logs = PartitionLogs(self.manager, self.metadata, config.log_config, waiters)
+        logs = PartitionLogs(self.manager, self.metadata, config.log_config, waiters,
+                             clustered=bool(config["zookeeper.connect"]))
         self.metadata.add_listener(logs.on_metadata_change)
         # Retention and the cleaner start only now that the loaded logs have their topics'
         # configs: with the defaults, a compacted topic's old segments would be deleted.

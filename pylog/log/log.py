@@ -898,7 +898,15 @@ class Log:
                 for segment in self._segments:
                     segment.delete()
                 self._closed = True
-            shutil.rmtree(self.directory, ignore_errors=True)
+            # A thread finishing its work on this log (a follower's fetch, a roll's flush)
+            # may write a file into the directory while it is being removed, which makes
+            # the last rmdir fail; once the directory is gone, such a write fails instead.
+            for _ in range(50):
+                shutil.rmtree(self.directory, ignore_errors=True)
+                if not self.directory.exists():
+                    return
+                time.sleep(0.01)
+            log.warning("%s: could not remove the deleted log's directory", self.directory)
 
     def __repr__(self) -> str:
         return (f"Log({self.directory}, start={self._log_start_offset}, "

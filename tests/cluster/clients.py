@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition as CkPartition
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition as KpPartition
@@ -77,10 +78,18 @@ def kafka_python_consume(bootstrap: str, topic: str, partitions: list[int]) -> s
     consumer.seek_to_beginning()
     ends = consumer.end_offsets(assigned)
     found = set()
-    # Up to the end offsets; consumer_timeout_ms only bounds a stall.
-    for record in consumer:
-        found.add((record.partition, record.value.decode()))
-        if all(consumer.position(tp) >= ends[tp] for tp in assigned):
-            break
+
+    def done() -> bool:
+        return all(consumer.position(tp) >= ends[tp] for tp in assigned)
+
+    # Up to the end offsets. consumer_timeout_ms ends an iteration after a 5 s stall (a
+    # failover on a loaded machine can take longer to reach the client): iterate again
+    # until the end offsets or 60 s.
+    deadline = time.monotonic() + 60
+    while not done() and time.monotonic() < deadline:
+        for record in consumer:
+            found.add((record.partition, record.value.decode()))
+            if done():
+                break
     consumer.close()
     return found
