@@ -298,6 +298,10 @@ static PyObject *produce_request(PyObject *module, PyObject *const *args, Py_ssi
             || read_i32(&r, &correlation_id) < 0
             || (client_id = read_string(&r, 1)) == NULL)
         goto done;
+    /* Only the versions whose body it reads (v3-v11), and in the encoding the caller
+     * names (flexible from v9): any other header is left to the general path. */
+    if (api_version < 3 || api_version > 11 || flexible != (api_version >= 9))
+        goto done;
     r.flexible = flexible;
     if (read_no_tags(&r) < 0 || (decoded = read_body(&r, args[0])) == NULL)
         goto done;
