@@ -2,7 +2,9 @@
 
 1. Produce: a confluent-kafka producer (200-byte values, acks=1, linger.ms=5) into a
    pylog broker, with one partition and with four, and the same producer into
-   librdkafka's built-in mock cluster. Prints msgs/s, MB/s and pylog/mock.
+   librdkafka's built-in mock cluster. Prints msgs/s, MB/s and pylog/mock: once with
+   ``produce()`` and a delivery callback per message, once with ``produce_batch()`` and
+   failure-only delivery reports (no Python per message); then the same with kcat.
 2. Fetch: a confluent-kafka consumer and a raw protocol reader reading a large partition
    (1 GB by default) from the beginning, next to raw loopback ``os.sendfile`` bandwidth
    of a file of the same size drained into a 1 MB buffer, and next to the same sent
@@ -52,18 +54,27 @@ from pylog.testing.broker import BrokerProcess
 VALUE = b"v" * 200
 
 
-def produce_rate(bootstrap: str, topic: str, count: int, partitions: int, **extra) -> float:
+def produce_rate(bootstrap: str, topic: str, count: int, partitions: int,
+                 batched: bool = False, **extra) -> float:
     """Messages per second for ``count`` 200-byte messages, spread over ``partitions``."""
-    return produce_run(bootstrap, topic, count, partitions, **extra)[0]
+    return produce_run(bootstrap, topic, count, partitions, batched=batched, **extra)[0]
 
 
 def produce_run(bootstrap: str, topic: str, count: int, partitions: int,
-                broker_pid: int | None = None, **extra) -> tuple[float, float, float]:
+                broker_pid: int | None = None, batched: bool = False,
+                **extra) -> tuple[float, float, float]:
     """``(msgs/s, producer thread busy, broker busy)``: the rate of :func:`produce_rate`,
     the share of the run this thread (the Python loop around ``produce()``) spent on a
-    CPU, and the cores' worth the process ``broker_pid`` used meanwhile (0 without one)."""
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5,
-                         "queue.buffering.max.messages": 2_000_000, **extra})
+    CPU, and the cores' worth the process ``broker_pid`` used meanwhile (0 without one).
+
+    ``batched`` hands the messages to librdkafka 1000 at a time (``produce_batch``) and
+    asks for delivery reports of failures only, so no Python runs per message: what is
+    left paces the run from librdkafka and the broker."""
+    settings = {"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5,
+                "queue.buffering.max.messages": 2_000_000, **extra}
+    if batched:
+        settings["delivery.report.only.error"] = True
+    producer = Producer(settings)
     failed = []
 
     def delivered(err, _msg):
@@ -75,13 +86,17 @@ def produce_run(bootstrap: str, topic: str, count: int, partitions: int,
     broker_cpu = process_cpu_seconds(broker_pid) if broker_pid else 0.0
     thread_cpu = time.thread_time()
     start = time.perf_counter()
-    for i in range(count):
-        while True:
-            try:
-                producer.produce(topic, VALUE, partition=i % partitions, on_delivery=delivered)
-                break
-            except BufferError:
-                producer.poll(0.01)
+    if batched:
+        _produce_batches(producer, topic, count, partitions, delivered)
+    else:
+        for i in range(count):
+            while True:
+                try:
+                    producer.produce(topic, VALUE, partition=i % partitions,
+                                     on_delivery=delivered)
+                    break
+                except BufferError:
+                    producer.poll(0.01)
     remaining = producer.flush(120)
     elapsed = time.perf_counter() - start
     thread_cpu = time.thread_time() - thread_cpu
@@ -90,6 +105,18 @@ def produce_run(bootstrap: str, topic: str, count: int, partitions: int,
     if remaining or failed:
         raise RuntimeError(f"{remaining} undelivered, {len(failed)} failed: {failed[:1]}")
     return count / elapsed, thread_cpu / elapsed, broker_cpu / elapsed
+
+
+def _produce_batches(producer: Producer, topic: str, count: int, partitions: int,
+                     delivered) -> None:
+    """``count`` messages through ``produce_batch``, 1000 per call, round-robin over the
+    partitions like the per-message loop; a message the full queue refused is retried."""
+    template = [{"value": VALUE, "partition": i % partitions} for i in range(1000)]
+    for start in range(0, count, len(template)):
+        pending = template[:count - start]
+        while producer.produce_batch(topic, pending, on_delivery=delivered) < len(pending):
+            pending = [m for m in pending if m.pop("_error", None) is not None]
+            producer.poll(0.01)
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -169,17 +196,22 @@ def bench_produce(broker: BrokerProcess, count: int) -> None:
     print(f"\n-- produce: {count} x 200-byte values, acks=1, linger.ms=5; "
           f"{PRODUCE_RUNS} runs each, pylog and the mock alternated")
     handle, mock = mock_cluster_bootstrap()
-    for partitions in (1, 4):
+    # First produce() per message with a delivery callback each, as most programs do;
+    # then produce_batch() with failure-only reports, which leaves no Python per message
+    # and so shows what the broker allows once the client's loop stops pacing the run.
+    for batched, partitions in ((False, 1), (False, 4), (True, 1), (True, 4)):
         topic = f"produce-{partitions}"
-        create_topic(broker.bootstrap, topic, partitions)
+        if not batched:
+            create_topic(broker.bootstrap, topic, partitions)
         # The mock cluster auto-creates topics with four partitions; we use the first N.
         runs, busy = [], []
         for _ in range(PRODUCE_RUNS):
             rate, thread, broker_share = produce_run(broker.bootstrap, topic, count, partitions,
-                                                     broker_pid=broker.pid)
-            runs.append((rate, produce_rate(mock, topic, count, partitions)))
+                                                     broker_pid=broker.pid, batched=batched)
+            runs.append((rate, produce_rate(mock, topic, count, partitions, batched=batched)))
             busy.append((thread, broker_share))
-        _print_runs(f"{partitions} partition(s)", runs,
+        how = "produce_batch(), " if batched else ""
+        _print_runs(f"{how}{partitions} partition(s)", runs,
                     lambda rate: f"{rate:,.0f} msgs/s {rate * 200 / 1e6:.1f} MB/s")
         # Which side paces the run: a producer thread busy nearly all of it while the
         # broker idles is the client's limit, whatever the broker does.
@@ -229,16 +261,22 @@ def bench_paper(broker: BrokerProcess, count: int) -> None:
                     50: {"batch.num.messages": 50, "linger.ms": 5}}
         # Not counted: the broker's first produce requests compile its codecs.
         produce_rate(broker.bootstrap, "paper", count // 10, 1, **settings[1])
-        for batch, extra in settings.items():
+        # produce() per message with a callback each, then produce_batch() with
+        # failure-only reports (no Python per message), as in the produce section.
+        for batched, batch in ((False, 1), (False, 50), (True, 1), (True, 50)):
+            extra = settings[batch]
             runs, busy = [], []
             for _ in range(PAPER_RUNS):
                 rate, thread, broker_share = produce_run(broker.bootstrap, "paper", count, 1,
-                                                         broker_pid=broker.pid, **extra)
-                runs.append((rate, produce_rate(mock.bootstrap, "paper", count, 1, **extra)))
+                                                         broker_pid=broker.pid,
+                                                         batched=batched, **extra)
+                runs.append((rate, produce_rate(mock.bootstrap, "paper", count, 1,
+                                                batched=batched, **extra)))
                 busy.append((thread, broker_share))
             paper = {1: 50_000, 50: 400_000}[batch]
             rates = sorted(ours for ours, _ in runs)
-            print(f"batch size {batch:>2}: median {rates[len(rates) // 2]:>10,.0f} msgs/s "
+            how = "produce_batch(), " if batched else ""
+            print(f"{how}batch size {batch:>2}: median {rates[len(rates) // 2]:>10,.0f} msgs/s "
                   f"(paper: about {paper:,}); runs: " + ", ".join(
                       f"{ours:,.0f} (mock {theirs:,.0f}, {ours / theirs:.2f})"
                       for ours, theirs in runs))
