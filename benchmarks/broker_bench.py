@@ -208,16 +208,14 @@ def bench_produce(broker: BrokerProcess, count: int) -> None:
         for _ in range(PRODUCE_RUNS):
             rate, thread, broker_share = produce_run(broker.bootstrap, topic, count, partitions,
                                                      broker_pid=broker.pid, batched=batched)
-            runs.append((rate, produce_rate(mock, topic, count, partitions, batched=batched)))
-            busy.append((thread, broker_share))
+            theirs, their_thread, _ = produce_run(mock, topic, count, partitions,
+                                                  batched=batched)
+            runs.append((rate, theirs))
+            busy.append((thread, broker_share, their_thread))
         how = "produce_batch(), " if batched else ""
         _print_runs(f"{how}{partitions} partition(s)", runs,
                     lambda rate: f"{rate:,.0f} msgs/s {rate * 200 / 1e6:.1f} MB/s")
-        # Which side paces the run: a producer thread busy nearly all of it while the
-        # broker idles is the client's limit, whatever the broker does.
-        print("  in the pylog runs, the producer's Python thread was on a CPU for " + ", ".join(
-            f"{thread:.0%}" for thread, _ in busy) + " of the run; pylog used " + ", ".join(
-            f"{share:.0%}" for _, share in busy) + " of a core")
+        _print_busy(busy)
     del handle
     if shutil.which("kcat") is None:
         return
@@ -235,6 +233,14 @@ def bench_produce(broker: BrokerProcess, count: int) -> None:
              kcat_rate("x:1", topic, KCAT_MESSAGES, None, "-X", "test.mock.num.brokers=1",
                        partition=which)) for _ in range(PRODUCE_RUNS)],
             lambda rate: f"{rate:,.0f} msgs/s")
+
+
+def _print_busy(busy: list[tuple[float, float, float]]) -> None:
+    """Which side paces the runs: a producer thread on a CPU nearly all of the run against
+    both brokers, while pylog idles, is the client's limit, whatever the broker does."""
+    print("  producer thread on a CPU: " + ", ".join(
+        f"{ours:.0%} (mock {theirs:.0%})" for ours, _, theirs in busy) + " of each run; "
+        "pylog used " + ", ".join(f"{share:.0%}" for _, share, _ in busy) + " of a core")
 
 
 def _print_runs(what: str, runs: list[tuple[float, float]], show) -> None:
@@ -270,9 +276,10 @@ def bench_paper(broker: BrokerProcess, count: int) -> None:
                 rate, thread, broker_share = produce_run(broker.bootstrap, "paper", count, 1,
                                                          broker_pid=broker.pid,
                                                          batched=batched, **extra)
-                runs.append((rate, produce_rate(mock.bootstrap, "paper", count, 1,
-                                                batched=batched, **extra)))
-                busy.append((thread, broker_share))
+                theirs, their_thread, _ = produce_run(mock.bootstrap, "paper", count, 1,
+                                                      batched=batched, **extra)
+                runs.append((rate, theirs))
+                busy.append((thread, broker_share, their_thread))
             paper = {1: 50_000, 50: 400_000}[batch]
             rates = sorted(ours for ours, _ in runs)
             how = "produce_batch(), " if batched else ""
@@ -280,9 +287,7 @@ def bench_paper(broker: BrokerProcess, count: int) -> None:
                   f"(paper: about {paper:,}); runs: " + ", ".join(
                       f"{ours:,.0f} (mock {theirs:,.0f}, {ours / theirs:.2f})"
                       for ours, theirs in runs))
-            print("  producer's Python thread on a CPU for " + ", ".join(
-                f"{thread:.0%}" for thread, _ in busy) + " of each pylog run; pylog used " +
-                ", ".join(f"{share:.0%}" for _, share in busy) + " of a core")
+            _print_busy(busy)
     finally:
         mock.close()
     if shutil.which("kcat") is None:
