@@ -140,6 +140,10 @@ _SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
     "compression.type": (_str, "producer",
                          "compression.type of topics: producer, uncompressed, gzip, snappy, "
                          "lz4 or zstd"),
+    "compression.gzip.level": (_int, -1, "compression.gzip.level of topics: 1-9, -1 for "
+                                         "the default"),
+    "compression.lz4.level": (_int, 9, "compression.lz4.level of topics: 1-17"),
+    "compression.zstd.level": (_int, 3, "compression.zstd.level of topics: -131072-22"),
     "log.message.timestamp.type": (_str, "CreateTime",
                                    "message.timestamp.type of topics: CreateTime or "
                                    "LogAppendTime"),
@@ -544,6 +548,11 @@ class BrokerConfig:
             "log.cleaner.max.compaction.lag.ms": ("max_compaction_lag_ms",
                                                   self["log.cleaner.max.compaction.lag.ms"]),
             "compression.type": ("compression_type", self["compression.type"]),
+            "compression.gzip.level": ("compression_gzip_level",
+                                       self["compression.gzip.level"]),
+            "compression.lz4.level": ("compression_lz4_level", self["compression.lz4.level"]),
+            "compression.zstd.level": ("compression_zstd_level",
+                                       self["compression.zstd.level"]),
             "log.message.timestamp.type": ("timestamp_type",
                                            self["log.message.timestamp.type"]),
             "log.message.timestamp.before.max.ms": (

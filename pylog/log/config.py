@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from pylog.errors import ConfigError
-from pylog.records.compression import Compression
+from pylog.records.compression import (
+    GZIP_DEFAULT_LEVEL, GZIP_LEVELS, LZ4_DEFAULT_LEVEL, LZ4_LEVELS, ZSTD_DEFAULT_LEVEL,
+    ZSTD_LEVELS, Compression)
 
 DAY_MS = 24 * 3600 * 1000
 MAX_SEGMENT_BYTES = 2**31 - 1  # positions in the offset index are int32
@@ -88,6 +90,12 @@ class LogConfig:
     """``producer``: batches keep the codec their producer chose; ``uncompressed``,
     ``gzip``, ``snappy``, ``lz4`` or ``zstd``: the log recompresses every batch in another
     codec to this one before writing it."""
+    compression_gzip_level: int = GZIP_DEFAULT_LEVEL
+    """The level of gzip recompression: 1-9, or -1 for zlib's default (6)."""
+    compression_lz4_level: int = LZ4_DEFAULT_LEVEL
+    """The level of lz4 recompression: 1-17."""
+    compression_zstd_level: int = ZSTD_DEFAULT_LEVEL
+    """The level of zstd recompression: -131072-22."""
 
     # Derived in __post_init__, read on every append.
     log_append_time: bool = field(init=False, repr=False, compare=False)
@@ -97,6 +105,8 @@ class LogConfig:
     with a ``message.timestamp.before.max.ms`` or ``after.max.ms`` bound."""
     codec: Compression | None = field(init=False, repr=False, compare=False)
     """The codec every batch is written in (``compression.type``); None: the producer's."""
+    codec_level: int | None = field(init=False, repr=False, compare=False)
+    """The level ``codec`` compresses at (``compression.<codec>.level``); None: snappy's."""
     roll_ms: int = field(init=False, repr=False, compare=False)
     """Roll when the active segment's first record is this old: ``segment_ms``, or for a
     compacted log ``max_compaction_lag_ms`` if sooner (its records must become cleanable)."""
@@ -134,6 +144,15 @@ class LogConfig:
         if self.compression_type not in COMPRESSION_TYPES:
             raise ConfigError("compression_type", "expected one of " + ", ".join(
                 COMPRESSION_TYPES) + f", got {self.compression_type!r}")
+        _check_range("compression_gzip_level", self.compression_gzip_level, -1, None)
+        if self.compression_gzip_level not in GZIP_LEVELS and (
+                self.compression_gzip_level != GZIP_DEFAULT_LEVEL):
+            raise ConfigError("compression_gzip_level", "must be between 1 and 9, or -1 for "
+                              f"the default, got {self.compression_gzip_level}")
+        _check_range("compression_lz4_level", self.compression_lz4_level,
+                     LZ4_LEVELS.start, LZ4_LEVELS.stop - 1)
+        _check_range("compression_zstd_level", self.compression_zstd_level,
+                     ZSTD_LEVELS.start, ZSTD_LEVELS.stop - 1)
         _check_range("timestamp_before_max_ms", self.timestamp_before_max_ms, 0, MAX_LONG)
         _check_range("timestamp_after_max_ms", self.timestamp_after_max_ms, 0, MAX_LONG)
         for key in _BOOLEANS:
@@ -143,6 +162,10 @@ class LogConfig:
         object.__setattr__(self, "checks_timestamps", self.timestamp_type == "CreateTime" and (
             self.timestamp_before_max_ms != MAX_LONG or self.timestamp_after_max_ms != MAX_LONG))
         object.__setattr__(self, "codec", COMPRESSION_TYPES[self.compression_type])
+        object.__setattr__(self, "codec_level", {
+            Compression.GZIP: self.compression_gzip_level,
+            Compression.LZ4: self.compression_lz4_level,
+            Compression.ZSTD: self.compression_zstd_level}.get(self.codec))
         object.__setattr__(self, "roll_ms", min(self.segment_ms, self.max_compaction_lag_ms)
                            if "compact" in self.cleanup_policy else self.segment_ms)
 
@@ -219,6 +242,9 @@ _KAFKA_NAMES = {
     "message.timestamp.before.max.ms": "timestamp_before_max_ms",
     "message.timestamp.after.max.ms": "timestamp_after_max_ms",
     "compression.type": "compression_type",
+    "compression.gzip.level": "compression_gzip_level",
+    "compression.lz4.level": "compression_lz4_level",
+    "compression.zstd.level": "compression_zstd_level",
 }
 # Every topic config a LogConfig takes, by its Kafka name.
 TOPIC_CONFIG_NAMES = tuple(_KAFKA_NAMES)

@@ -391,7 +391,8 @@ class Log:
             # compression.type: recompressed, the batches are checked again (a batch may
             # now exceed max.message.bytes, as in Kafka).
             view = memoryview(bytearray(b"".join([
-                recompressed(view, position, h, codec) if h.compression != codec
+                recompressed(view, position, h, codec, self.config.codec_level)
+                if h.compression != codec
                 else view[position:position + h.size] for position, h in batches])))
             batches = validate_append(view, self.config)
         # Only a batch with a producer id can be transactional (validate_append sees to it).

@@ -40,6 +40,15 @@ TOPIC_CONFIGS: dict[str, TopicConfigKey] = {key.name: key for key in (
     _key("compression.type", "string",
          "producer (keep the producer's codec), uncompressed, gzip, snappy, lz4 or zstd "
          "(recompress every batch to it)", "compression.type"),
+    _key("compression.gzip.level", "int",
+         "the level gzip recompression (compression.type gzip) uses: 1-9, -1 for the "
+         "default", "compression.gzip.level"),
+    _key("compression.lz4.level", "int",
+         "the level lz4 recompression (compression.type lz4) uses: 1-17",
+         "compression.lz4.level"),
+    _key("compression.zstd.level", "int",
+         "the level zstd recompression (compression.type zstd) uses: -131072-22",
+         "compression.zstd.level"),
     _key("delete.retention.ms", "long",
          "how long a compacted log keeps a tombstone after its timestamp",
          "log.cleaner.delete.retention.ms"),

@@ -61,20 +61,32 @@ class Compression(IntEnum):
                 f"unknown codec {name!r}; expected one of none, gzip, snappy, lz4, zstd") from None
 
 
-def compress(codec: int, payload: bytes) -> bytes:
-    """Compress a records section with ``codec``; NONE returns the payload unchanged."""
+# Kafka's levels (KIP-390): the range of each codec's ``compression.<codec>.level`` and
+# the level used when none is set. gzip also takes -1, zlib's default (6).
+GZIP_LEVELS, GZIP_DEFAULT_LEVEL = range(1, 10), -1
+LZ4_LEVELS, LZ4_DEFAULT_LEVEL = range(1, 18), 9
+ZSTD_LEVELS, ZSTD_DEFAULT_LEVEL = range(-131072, 23), 3
+
+
+def compress(codec: int, payload: bytes, level: int | None = None) -> bytes:
+    """Compress a records section with ``codec``; NONE returns the payload unchanged.
+
+    ``level`` is the codec's compression level (gzip 1-9, lz4 1-17, zstd -131072-22;
+    snappy has none); None or gzip's -1 take the codec's default."""
     if codec == Compression.NONE:
         return payload
     if codec == Compression.GZIP:
-        return bytes(cramjam.gzip.compress(payload))
+        return bytes(cramjam.gzip.compress(payload, level=None if level == -1 else level))
     if codec == Compression.SNAPPY:
         return _xerial_snappy_compress(payload)
     if codec == Compression.LZ4:
-        compressor = cramjam.lz4.Compressor(content_checksum=False, block_linked=False)
+        compressor = cramjam.lz4.Compressor(level=level, content_checksum=False,
+                                            block_linked=False)
         compressor.compress(payload)
         return bytes(compressor.finish())
     if codec == Compression.ZSTD:
-        return bytes(cramjam.zstd.compress(payload))
+        return bytes(cramjam.zstd.compress(
+            payload, level=ZSTD_DEFAULT_LEVEL if level is None else level))
     raise CompressionError(f"unknown compression codec id {codec}")
 
 

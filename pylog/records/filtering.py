@@ -152,11 +152,12 @@ def empty_batch(base_offset: int, last_offset_delta: int, max_timestamp: int,
 
 
 def recompressed(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader,
-                 codec: int) -> bytes:
+                 codec: int, level: int | None = None) -> bytes:
     """The (CRC-checked) batch at ``buf[pos:]`` with its records section compressed with
-    ``codec`` instead (a topic's ``compression.type``); the records and every other field
-    are unchanged, the length and CRC recomputed."""
-    body = compress(codec, records_section(buf, pos, header))
+    ``codec`` at ``level`` instead (a topic's ``compression.type`` and
+    ``compression.<codec>.level``); the records and every other field are unchanged, the
+    length and CRC recomputed."""
+    body = compress(codec, records_section(buf, pos, header), level)
     return _assemble(header.base_offset, header.partition_leader_epoch,
                      (header.attributes & ~COMPRESSION_MASK) | codec, header.last_offset_delta,
                      header.base_timestamp, header.max_timestamp, header.producer_id,

@@ -12,6 +12,7 @@ codec before it is written, keeping its records, producer fields and sequence.
 
 from __future__ import annotations
 
+import random
 import time
 
 import pytest
@@ -23,7 +24,7 @@ from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaPythonPartition
 
 from pylog.protocol import ApiKey
-from pylog.records import build_batch, iter_batch_headers
+from pylog.records import build_batch, decode_batch, iter_batch_headers, iter_batches
 from pylog.records.compression import Compression
 from tests.broker.wire import WireClient, fetch_body, produce_body
 
@@ -186,10 +187,83 @@ def test_uncompressed_topics_check_the_size_after_decompressing(broker):
     assert fetched_batches(broker, "plain-topic") == [(0, Compression.NONE, 1)]
 
 
+def wordy_values(count: int) -> list[bytes]:
+    """Text-like values: a higher compression level finds more in them than a lower one."""
+    rng = random.Random(7)
+    words = [bytes(rng.choices(b"abcdefghijklmnopqrstuvwxyz", k=rng.randint(2, 9)))
+             for _ in range(300)]
+    return [b" ".join(rng.choices(words, k=60)) for _ in range(count)]
+
+
+def fetched(broker, topic: str) -> list[tuple[int, int, int, list[bytes]]]:
+    """(base offset, codec, batch size, values) of every batch of partition 0, read over
+    the wire."""
+    with WireClient(broker.bootstrap) as wire:
+        answer = wire.call(ApiKey.FETCH, 11, fetch_body(topic, {0: 0}))
+    records = answer["responses"][0]["partitions"][0]["records"]
+    return [(h.base_offset, h.compression, h.size,
+             [r.value for r in decode_batch(records[position:position + h.size]).records])
+            for position, h in iter_batches(records)]
+
+
+@pytest.mark.parametrize("codec, low, high", [
+    ("gzip", "1", "9"), ("lz4", "1", "17"), ("zstd", "-20", "19")])
+def test_compression_levels_set_how_hard_the_broker_recompresses(broker, codec, low, high):
+    values = wordy_values(300)
+    batch = build_batch([(None, v, (), now_ms()) for v in values])  # uncompressed
+    sizes = {}
+    for level in (low, high):
+        topic = f"level-{codec}-{level}"
+        create(broker, topic, **{"compression.type": codec, f"compression.{codec}.level": level})
+        with WireClient(broker.bootstrap) as wire:
+            answer = wire.call(ApiKey.PRODUCE, 8, produce_body(topic, {0: batch}))
+        assert answer["responses"][0]["partition_responses"][0]["error_code"] == 0
+        [(_, written_codec, size, got)] = fetched(broker, topic)
+        assert written_codec == Compression[codec.upper()] and got == values
+        sizes[level] = size
+    assert sizes[high] < sizes[low] < len(batch)
+
+
+def test_altering_the_level_changes_later_appends_and_describe_shows_it(broker):
+    create(broker, "level-altered", **{"compression.type": "zstd"})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    described = ConfigResource("topic", "level-altered")
+    entries = admin.describe_configs([described])[described].result(30)
+    # Kafka's defaults, from the broker's settings of the same names.
+    assert {name: entries[name].value for name in (
+        "compression.gzip.level", "compression.lz4.level", "compression.zstd.level")} == {
+        "compression.gzip.level": "-1", "compression.lz4.level": "9",
+        "compression.zstd.level": "3"}
+    assert entries["compression.zstd.level"].is_default
+    values = wordy_values(300)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50,
+                         "compression.type": "none"})
+    for level in ("-20", "19"):
+        resource = ConfigResource("topic", "level-altered", incremental_configs=[ConfigEntry(
+            "compression.zstd.level", level, incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([resource])[resource].result(30)
+        for value in values:
+            producer.produce("level-altered", value, partition=0)
+        assert producer.flush(30) == 0
+    batches = fetched(broker, "level-altered")
+    assert {codec for _, codec, _, _ in batches} == {Compression.ZSTD}
+    assert [v for _, _, _, got in batches for v in got] == values * 2
+    # offsets 0-299 were written at level -20, 300-599 at 19
+    fast = sum(size for base, _, size, _ in batches if base < len(values))
+    hard = sum(size for base, _, size, _ in batches if base >= len(values))
+    assert hard < fast
+    entries = admin.describe_configs([described])[described].result(30)
+    assert entries["compression.zstd.level"].value == "19"
+    assert not entries["compression.zstd.level"].is_default
+
+
 @pytest.mark.parametrize("configs, key", [
     ({"message.timestamp.type": "ArrivalTime"}, "message.timestamp.type"),
     ({"message.timestamp.after.max.ms": "-1"}, "message.timestamp.after.max.ms"),
     ({"compression.type": "brotli"}, "compression.type"),
+    ({"compression.gzip.level": "0"}, "compression.gzip.level"),
+    ({"compression.lz4.level": "18"}, "compression.lz4.level"),
+    ({"compression.zstd.level": "23"}, "compression.zstd.level"),
 ])
 def test_a_bad_write_config_is_refused_naming_the_key(broker, configs, key):
     with pytest.raises(KafkaException) as refused:
