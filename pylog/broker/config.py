@@ -151,6 +151,8 @@ _SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
                                             "message.timestamp.before.max.ms of topics"),
     "log.message.timestamp.after.max.ms": (_int, MAX_LONG,
                                            "message.timestamp.after.max.ms of topics"),
+    "log.message.timestamp.difference.max.ms": (
+        _int, MAX_LONG, "message.timestamp.difference.max.ms of topics (deprecated in Kafka)"),
     "producer.id.expiration.ms": (_int, 24 * HOUR_MS,
                                   "forget an idempotent producer idle for this long"),
     "socket.request.max.bytes": (_int, 104857600, "largest request; bigger closes the connection"),
@@ -559,6 +561,8 @@ class BrokerConfig:
                 "timestamp_before_max_ms", self["log.message.timestamp.before.max.ms"]),
             "log.message.timestamp.after.max.ms": (
                 "timestamp_after_max_ms", self["log.message.timestamp.after.max.ms"]),
+            "log.message.timestamp.difference.max.ms": (
+                "timestamp_difference_max_ms", self["log.message.timestamp.difference.max.ms"]),
         }
         try:
             return LogConfig(**{field: value for field, value in settings.values()})

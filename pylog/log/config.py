@@ -86,6 +86,9 @@ class LogConfig:
     broker's clock (INVALID_TIMESTAMP); MAX_LONG: no bound."""
     timestamp_after_max_ms: int = MAX_LONG
     """As ``timestamp_before_max_ms``, for a timestamp ahead of the broker's clock."""
+    timestamp_difference_max_ms: int = MAX_LONG
+    """Kafka's older bound both ways (deprecated there since 3.6): it applies on the side
+    whose own bound (``timestamp_before_max_ms``, ``timestamp_after_max_ms``) is unset."""
     compression_type: str = "producer"
     """``producer``: batches keep the codec their producer chose; ``uncompressed``,
     ``gzip``, ``snappy``, ``lz4`` or ``zstd``: the log recompresses every batch in another
@@ -100,6 +103,11 @@ class LogConfig:
     # Derived in __post_init__, read on every append.
     log_append_time: bool = field(init=False, repr=False, compare=False)
     """The log stamps appended batches with its clock (``message.timestamp.type``)."""
+    before_bound_ms: int = field(init=False, repr=False, compare=False)
+    """How far before the broker's clock a CreateTime record may be: the before bound, or
+    the difference bound when the before bound is unset (as Kafka 3.6-3.9 resolve them)."""
+    after_bound_ms: int = field(init=False, repr=False, compare=False)
+    """As ``before_bound_ms``, ahead of the broker's clock."""
     checks_timestamps: bool = field(init=False, repr=False, compare=False)
     """Producers' record timestamps are checked against the broker's clock: CreateTime
     with a ``message.timestamp.before.max.ms`` or ``after.max.ms`` bound."""
@@ -155,12 +163,19 @@ class LogConfig:
                      ZSTD_LEVELS.start, ZSTD_LEVELS.stop - 1)
         _check_range("timestamp_before_max_ms", self.timestamp_before_max_ms, 0, MAX_LONG)
         _check_range("timestamp_after_max_ms", self.timestamp_after_max_ms, 0, MAX_LONG)
+        _check_range("timestamp_difference_max_ms", self.timestamp_difference_max_ms, 0,
+                     MAX_LONG)
         for key in _BOOLEANS:
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(key, f"expected true or false, got {getattr(self, key)!r}")
         object.__setattr__(self, "log_append_time", self.timestamp_type == "LogAppendTime")
+        before, after = self.timestamp_before_max_ms, self.timestamp_after_max_ms
+        object.__setattr__(self, "before_bound_ms",
+                           self.timestamp_difference_max_ms if before == MAX_LONG else before)
+        object.__setattr__(self, "after_bound_ms",
+                           self.timestamp_difference_max_ms if after == MAX_LONG else after)
         object.__setattr__(self, "checks_timestamps", self.timestamp_type == "CreateTime" and (
-            self.timestamp_before_max_ms != MAX_LONG or self.timestamp_after_max_ms != MAX_LONG))
+            self.before_bound_ms != MAX_LONG or self.after_bound_ms != MAX_LONG))
         object.__setattr__(self, "codec", COMPRESSION_TYPES[self.compression_type])
         object.__setattr__(self, "codec_level", {
             Compression.GZIP: self.compression_gzip_level,
@@ -241,6 +256,7 @@ _KAFKA_NAMES = {
     "message.timestamp.type": "timestamp_type",
     "message.timestamp.before.max.ms": "timestamp_before_max_ms",
     "message.timestamp.after.max.ms": "timestamp_after_max_ms",
+    "message.timestamp.difference.max.ms": "timestamp_difference_max_ms",
     "compression.type": "compression_type",
     "compression.gzip.level": "compression_gzip_level",
     "compression.lz4.level": "compression_lz4_level",

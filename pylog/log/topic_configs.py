@@ -72,6 +72,9 @@ TOPIC_CONFIGS: dict[str, TopicConfigKey] = {key.name: key for key in (
     _key("message.timestamp.before.max.ms", "long",
          "with CreateTime, refuse records timestamped more than this before the broker's "
          "clock", "log.message.timestamp.before.max.ms"),
+    _key("message.timestamp.difference.max.ms", "long",
+         "Kafka's older bound both ways (deprecated): applies where before.max.ms or "
+         "after.max.ms is unset", "log.message.timestamp.difference.max.ms"),
     _key("message.timestamp.type", "string",
          "CreateTime (the producer's timestamps) or LogAppendTime (the broker's clock at "
          "append)", "log.message.timestamp.type"),

@@ -23,7 +23,7 @@ from pylog.errors import (
     OffsetOutOfRangeError,
     RecordListTooLargeError,
 )
-from pylog.log.config import LogConfig
+from pylog.log.config import MAX_LONG, LogConfig
 from pylog.records.filtering import scan_records
 from pylog.records.header import (
     CONTROL_BIT, LOG_OVERHEAD, TRANSACTIONAL_BIT, BatchHeader, checked_batch_headers)
@@ -118,12 +118,13 @@ class RecordTimestampError(InvalidTimestampError):
 def check_timestamps(view: memoryview, batches: list[tuple[int, BatchHeader]],
                      config: LogConfig, now_ms: int) -> None:
     """Raise RecordTimestampError unless every record's timestamp lies within
-    [``now_ms`` - before.max.ms, ``now_ms`` + after.max.ms], as Kafka's ``LogValidator``
+    [``now_ms`` - before bound, ``now_ms`` + after bound] (``message.timestamp.before.max.ms``
+    and ``after.max.ms``, or ``difference.max.ms`` where one is unset), as Kafka's ``LogValidator``
     checks a CreateTime topic's records: each of them, as the batch's first and max
     timestamps need not bound them all (a delta may be negative; the max is the
     producer's word)."""
-    low = now_ms - config.timestamp_before_max_ms
-    high = now_ms + config.timestamp_after_max_ms
+    low = now_ms - config.before_bound_ms
+    high = now_ms + config.after_bound_ms
     for position, header in batches:
         timestamps = scan_records(view, position, header).timestamps
         bad = [index for index, t in enumerate(timestamps) if not low <= t <= high]
@@ -131,8 +132,16 @@ def check_timestamps(view: memoryview, batches: list[tuple[int, BatchHeader]],
             raise RecordTimestampError(
                 f"batch at position {position}: timestamp {timestamps[bad[0]]} of record "
                 f"{bad[0]} is out of range: timestamps must lie within [{low}, {high}] "
-                f"(message.timestamp.before.max.ms {config.timestamp_before_max_ms}, "
-                f"message.timestamp.after.max.ms {config.timestamp_after_max_ms})", bad)
+                f"({_bounds(config)})", bad)
+
+
+def _bounds(config: LogConfig) -> str:
+    """The configs that set the timestamp window, as the topic has them."""
+    said = [f"message.timestamp.before.max.ms {config.timestamp_before_max_ms}",
+            f"message.timestamp.after.max.ms {config.timestamp_after_max_ms}"]
+    if config.timestamp_difference_max_ms != MAX_LONG:
+        said.append(f"message.timestamp.difference.max.ms {config.timestamp_difference_max_ms}")
+    return ", ".join(said)
 
 
 def check_follower_offsets(batches: list[tuple[int, BatchHeader]], log_end_offset: int) -> None:

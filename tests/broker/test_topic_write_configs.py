@@ -138,6 +138,23 @@ def test_records_outside_the_timestamp_window_are_refused(broker):
         assert fetched["responses"][0]["partitions"][0]["high_watermark"] == 2
 
 
+def test_the_older_difference_bound_applies_where_its_own_bound_is_unset(broker):
+    # Kafka 3.6-3.9: message.timestamp.difference.max.ms bounds a side whose
+    # before/after.max.ms is unset; here the past (before.max.ms is unset), not the future.
+    create(broker, "ts-difference", **{"message.timestamp.difference.max.ms": str(HOUR_MS),
+                                       "message.timestamp.after.max.ms": str(24 * HOUR_MS)})
+    now = now_ms()
+    reports = [produce(broker, "ts-difference", [timestamp])[0] for timestamp in (
+        now - 2 * HOUR_MS, now - HOUR_MS // 2, now + 2 * HOUR_MS, now + 25 * HOUR_MS)]
+    assert [error for error, _, _ in reports] == [
+        KafkaError.INVALID_TIMESTAMP, None, None, KafkaError.INVALID_TIMESTAMP]
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    described = ConfigResource("topic", "ts-difference")
+    entries = admin.describe_configs([described])[described].result(30)
+    assert entries["message.timestamp.difference.max.ms"].value == str(HOUR_MS)
+    assert entries["message.timestamp.before.max.ms"].is_default
+
+
 def fetched_batches(broker, topic: str) -> list:
     """(base offset, codec, record count) of every batch of partition 0."""
     with WireClient(broker.bootstrap) as wire:
@@ -261,6 +278,7 @@ def test_altering_the_level_changes_later_appends_and_describe_shows_it(broker):
     ({"message.timestamp.type": "ArrivalTime"}, "message.timestamp.type"),
     ({"message.timestamp.after.max.ms": "-1"}, "message.timestamp.after.max.ms"),
     ({"compression.type": "brotli"}, "compression.type"),
+    ({"message.timestamp.difference.max.ms": "-5"}, "message.timestamp.difference.max.ms"),
     ({"compression.gzip.level": "0"}, "compression.gzip.level"),
     ({"compression.lz4.level": "18"}, "compression.lz4.level"),
     ({"compression.zstd.level": "23"}, "compression.zstd.level"),
