@@ -119,11 +119,12 @@ def _produce_batches(producer: Producer, topic: str, count: int, partitions: int
             producer.poll(0.01)
 
 
-def process_cpu_seconds(pid: int) -> float:
-    """CPU time all threads of process ``pid`` have used (the scheduler's own count, in
-    nanoseconds, rather than the tick-sampled figure of ``/proc/<pid>/stat``)."""
+def process_cpu_seconds(pid: int, only: str | None = None) -> float:
+    """CPU time all threads of process ``pid`` (or its thread ``only``) have used (the
+    scheduler's own count, in nanoseconds, rather than the tick-sampled figure of
+    ``/proc/<pid>/stat``)."""
     total = 0
-    for task in os.listdir(f"/proc/{pid}/task"):
+    for task in [only] if only else os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{task}/schedstat") as stat:
                 total += int(stat.read().split()[0])

@@ -1,7 +1,7 @@
 """The broker at scale, next to librdkafka's mock cluster in the same run.
 
     python benchmarks/scale_broker_bench.py [--messages 200000] [--idle 1000]
-        [--only partitions|connections|latency]
+        [--only partitions|connections|cost|latency]
 
 (``scale_bench.py`` measures the loader at scale; this one, the broker.)
 
@@ -12,7 +12,11 @@
    requests (acks=1, a batch of 100 x 200-byte records) in flight, into a topic of ten
    partitions of pylog and of the mock cluster. The requests are built once, so the
    client costs little more than its sockets.
-3. **latency** -- ``--idle`` raw connections each long-polling (Fetch, max_wait 30 s) a
+3. **cost** -- the CPU one Produce request costs the broker (pylog's process; the mock
+   cluster's threads, which run in the benchmark's process), on one connection, with
+   requests of 1 and of 100 records and 1, 4, 16 and 64 of them in flight: how much a
+   request costs on its own and how much reading many per wake-up saves.
+4. **latency** -- ``--idle`` raw connections each long-polling (Fetch, max_wait 30 s) a
    partition of an idle topic, while one producer writes one record at a time to
    another topic and one consumer long-polls it: the time from sending the Produce to
    receiving the Fetch response holding its record, p50 and p99, against pylog without
@@ -25,19 +29,22 @@ Every figure is printed with its ratio to its baseline in the same run. Asserts 
 from __future__ import annotations
 
 import argparse
+import os
 import selectors
 import signal
 import socket
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from broker_bench import MockCluster, _read_frame, create_topic, produce_frame, produce_rate
+from broker_bench import (MockCluster, _read_frame, create_topic, process_cpu_seconds,
+                          produce_frame, produce_rate)
 
 from pylog.protocol import ApiKey, decode_response, encode_request
 from pylog.testing.broker import BrokerProcess
@@ -67,10 +74,12 @@ def _connect(bootstrap: str) -> socket.socket:
 
 
 def raw_produce_rate(bootstrap: str, topic: str, partitions: int, connections: int,
-                     messages: int) -> float:
-    """Messages per second through ``connections`` sockets, IN_FLIGHT requests each."""
-    frames = [produce_frame(topic, p, BATCH_RECORDS, PRODUCE_VERSION) for p in range(partitions)]
-    requests = max(messages // BATCH_RECORDS, connections)
+                     messages: int, in_flight: int = IN_FLIGHT,
+                     records: int = BATCH_RECORDS) -> float:
+    """Messages per second through ``connections`` sockets, ``in_flight`` requests of
+    ``records`` records each."""
+    frames = [produce_frame(topic, p, records, PRODUCE_VERSION) for p in range(partitions)]
+    requests = max(messages // records, connections)
     socks = [_connect(bootstrap) for _ in range(connections)]
     selector = selectors.DefaultSelector()
     state = {}
@@ -81,7 +90,7 @@ def raw_produce_rate(bootstrap: str, topic: str, partitions: int, connections: i
     done = 0
     start = time.perf_counter()
     for sock, entry in state.items():
-        while entry[1] and entry[2] < IN_FLIGHT:
+        while entry[1] and entry[2] < in_flight:
             sock.sendall(entry[0])
             entry[1] -= 1
             entry[2] += 1
@@ -113,7 +122,7 @@ def raw_produce_rate(bootstrap: str, topic: str, partitions: int, connections: i
     for sock in socks:
         selector.unregister(sock)
         sock.close()
-    return requests * BATCH_RECORDS / elapsed
+    return requests * records / elapsed
 
 
 def fetch_latency(bootstrap: str, idle_topic: str, idle_partitions: int, idle: int,
@@ -194,6 +203,44 @@ def bench_connections(broker: BrokerProcess, mock: MockCluster, messages: int) -
                   f"{theirs:>10,.0f} msgs/s | pylog/mock {ours / theirs:.2f}")
 
 
+def bench_request_cost(broker: BrokerProcess, mock: MockCluster, messages: int) -> None:
+    """The CPU one Produce request costs the broker, by batch size and by how many requests
+    a client keeps in flight: pylog's process, and the mock cluster's threads (which run
+    in this process, beside this thread, the client)."""
+    print("\n-- CPU per Produce request: one connection, acks=1, requests of 1 and of 100 "
+          "records, 1 to 64 in flight (fewer in flight: fewer requests read per wake-up)")
+    create_topic(broker.bootstrap, "cost", 1)
+    mock.create_topic("cost", 1)
+    raw_produce_rate(broker.bootstrap, "cost", 1, 1, messages // 10)  # warm-up
+    for records in (1, 100):
+        count = max(messages // 10, 20_000) if records == 1 else messages
+        for in_flight in (1, 4, 16, 64):
+            ours = _cpu_per_request(lambda: process_cpu_seconds(broker.pid), broker.bootstrap,
+                                    count, in_flight, records)
+            theirs = _cpu_per_request(_other_threads_cpu_seconds, mock.bootstrap,
+                                      count, in_flight, records)
+            print(f"{records:>3} record(s), {in_flight:>2} in flight: pylog {ours[0]:6.1f} us "
+                  f"({ours[1]:>7,.0f} requests/s) | mock cluster {theirs[0]:6.1f} us "
+                  f"({theirs[1]:>7,.0f} requests/s) | pylog/mock CPU {ours[0] / theirs[0]:.2f}")
+
+
+def _cpu_per_request(cpu_seconds, bootstrap: str, count: int, in_flight: int,
+                     records: int) -> tuple[float, float]:
+    """(microseconds of ``cpu_seconds()`` per request, requests/s) for ``count`` records."""
+    before, start = cpu_seconds(), time.perf_counter()
+    rate = raw_produce_rate(bootstrap, "cost", 1, 1, count, in_flight, records)
+    used, elapsed = cpu_seconds() - before, time.perf_counter() - start
+    requests = rate / records * elapsed
+    return used / requests * 1e6, rate / records
+
+
+def _other_threads_cpu_seconds() -> float:
+    """CPU seconds of this process's threads other than the calling one."""
+    mine = str(threading.get_native_id())
+    return sum(process_cpu_seconds(os.getpid(), task) for task in os.listdir("/proc/self/task")
+               if task != mine)
+
+
 def bench_latency(broker: BrokerProcess, idle: int, samples: int = 300) -> None:
     print(f"\n-- fetch latency: produce to a long-polling consumer, {samples} records, "
           f"with {idle} idle long polls on another topic")
@@ -216,7 +263,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--idle", type=int, default=1000, help="idle long-polling consumers")
-    parser.add_argument("--only", choices=["partitions", "connections", "latency"])
+    parser.add_argument("--only", choices=["partitions", "connections", "cost", "latency"])
     args = parser.parse_args()
     # A SIGTERM (timeout, kill) unwinds the with-blocks, so the broker stops too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -229,6 +276,8 @@ def main() -> int:
                 bench_partitions(broker, mock, args.messages)
             if args.only in (None, "connections"):
                 bench_connections(broker, mock, args.messages)
+            if args.only in (None, "cost"):
+                bench_request_cost(broker, mock, args.messages)
             if args.only in (None, "latency"):
                 bench_latency(broker, args.idle)
         finally:
