@@ -6,7 +6,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
-DEBS := kcat zookeeper docker-compose openjdk-17-jre-headless chromium
+DEBS := kcat zookeeper docker-compose openjdk-17-jre-headless chromium iproute2
 STAMP := $(VENV)/.installed
 
 export SPARK_LOCAL_IP ?= 127.0.0.1

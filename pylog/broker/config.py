@@ -11,7 +11,9 @@ Time settings come in Kafka's families (``log.retention.ms`` / ``.minutes`` / ``
 
 from __future__ import annotations
 
+import difflib
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
@@ -63,6 +65,27 @@ def _host_port(key: str, raw: str) -> str:
         if not sep or not host or not port.isdigit() or int(port) > 65535:
             raise ConfigError(key, f"expected HOST:PORT, got {raw!r}")
     return value
+
+
+def _connection_overrides(key: str, raw: str) -> str:
+    parse_connection_overrides(key, raw)
+    return raw.strip()
+
+
+def parse_connection_overrides(key: str, raw: str) -> dict[str, int]:
+    """``max.connections.per.ip.overrides``: ``host:count,...`` as an address -> limit map
+    (a host name is resolved once, at start)."""
+    found: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        host, sep, count = item.rpartition(":")
+        if not sep or not host or not count.strip().isdigit():
+            raise ConfigError(key, f"expected host:count, got {item!r}")
+        try:
+            address = socket.gethostbyname(host.strip().strip("[]"))
+        except OSError:
+            raise ConfigError(key, f"cannot resolve {host!r}") from None
+        found[address] = int(count)
+    return found
 
 
 def _sasl_mechanisms(key: str, raw: str) -> str:
@@ -158,6 +181,18 @@ _SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
     "socket.request.max.bytes": (_int, 104857600, "largest request; bigger closes the connection"),
     "socket.send.buffer.bytes": (_int, 102400, "SO_SNDBUF (-1: OS default)"),
     "socket.receive.buffer.bytes": (_int, 102400, "SO_RCVBUF (-1: OS default)"),
+    "socket.listen.backlog.size": (_int, 512, "connections the kernel queues for a listener "
+                                              "before they are accepted (Kafka's default is "
+                                              "50; a burst of clients connecting at once "
+                                              "waits less with more)"),
+    "max.connections": (_int, 2147483647, "most connections open at once, all listeners: "
+                                          "beyond it new ones wait to be accepted"),
+    "max.connections.per.ip": (_int, 2147483647, "most connections from one address: beyond "
+                                                 "it a new one is closed at once"),
+    "max.connections.per.ip.overrides": (_connection_overrides, "",
+                                         "host:count,...: max.connections.per.ip by address"),
+    "fetch.max.bytes": (_int, 57671680, "most bytes a consumer's Fetch response holds (at "
+                                        "least one batch), whatever the request asks"),
     "queued.max.request.bytes": (_int, 512 * 1024 * 1024,
                                  "request bytes buffered broker-wide before reads pause"),
     "connections.max.idle.ms": (_int, 600000,
@@ -239,6 +274,63 @@ _SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
 }
 
 
+# Kafka broker settings pylog has no use for: a Kafka server.properties that sets them
+# starts, and the broker logs each one it ignores with the reason. The value must parse
+# as Kafka's type would; None accepts any text.
+_UNUSED: dict[str, tuple[Callable[[str, str], object] | None, str]] = {
+    "num.io.threads": (_int, "requests are handled on the num.network.threads processors"),
+    "background.threads": (_int, "background work has threads of its own"),
+    "num.recovery.threads.per.data.dir": (_int, "logs are loaded by one thread per broker"),
+    "num.replica.fetchers": (_int, "a follower fetches from each leader broker on one "
+                                   "connection"),
+    "queued.max.requests": (_int, "queued.max.request.bytes bounds the queued requests"),
+    "request.timeout.ms": (_int, "the broker sends no requests that need it"),
+    "controller.socket.timeout.ms": (_int, "no controller-to-broker requests: brokers "
+                                           "follow ZooKeeper"),
+    "replica.fetch.min.bytes": (_int, "a follower's fetch is answered once it has any "
+                                      "record, up to replica.fetch.wait.max.ms"),
+    "replica.socket.timeout.ms": (_int, "followers time out by replica.fetch.wait.max.ms"),
+    "replica.socket.receive.buffer.bytes": (_int, "followers use the system's buffer size"),
+    "controlled.shutdown.max.retries": (_int, "controlled shutdown waits up to "
+                                              "controlled.shutdown.timeout.ms instead"),
+    "controlled.shutdown.retry.backoff.ms": (_int, "controlled shutdown waits up to "
+                                                   "controlled.shutdown.timeout.ms instead"),
+    "leader.imbalance.per.broker.percentage": (_int, "every preferred leader in the ISR is "
+                                                     "restored at each check"),
+    "reserved.broker.max.id": (_int, "broker ids are given, never generated"),
+    "broker.id.generation.enable": (_bool, "broker ids are given, never generated"),
+    "zookeeper.max.in.flight.requests": (_int, "the ZooKeeper client pipelines as it needs"),
+    "fetch.purgatory.purge.interval.requests": (_int, "waiting requests leave as they end"),
+    "producer.purgatory.purge.interval.requests": (_int, "waiting requests leave as they end"),
+    "delete.records.purgatory.purge.interval.requests": (_int, "waiting requests leave as "
+                                                               "they end"),
+    "metric.reporters": (None, "metrics are served at metrics.listener (Prometheus)"),
+    "metrics.num.samples": (_int, "metrics are served at metrics.listener (Prometheus)"),
+    "metrics.sample.window.ms": (_int, "metrics are served at metrics.listener (Prometheus)"),
+    "metrics.recording.level": (None, "metrics are served at metrics.listener (Prometheus)"),
+    "auto.include.jmx.reporter": (_bool, "there is no JMX"),
+    "log.flush.offset.checkpoint.interval.ms": (
+        _int, "checkpoints are written every replica.high.watermark.checkpoint.interval.ms"),
+    "log.flush.start.offset.checkpoint.interval.ms": (
+        _int, "checkpoints are written every replica.high.watermark.checkpoint.interval.ms"),
+    "log.cleaner.io.buffer.size": (_int, "the cleaner reads a segment at a time"),
+    "log.cleaner.io.buffer.load.factor": (_float, "the cleaner's key map is sized by "
+                                                  "log.cleaner.dedupe.buffer.size"),
+    "log.cleaner.io.max.bytes.per.second": (_float, "the cleaner is not throttled"),
+    "log.preallocate": (_bool, "segment files grow as they are written"),
+    "log.segment.delete.delay.ms": (_int, "deleted segments are removed at once; readers "
+                                          "holding one keep reading it"),
+    "log.message.downconversion.enable": (_bool, "records are served in the v2 format only"),
+    "log.message.format.version": (None, "records are written in the v2 format only"),
+    "inter.broker.protocol.version": (None, "brokers speak the versions they negotiate"),
+    "offsets.topic.compression.codec": (_int, "offset commits are written uncompressed"),
+    "zookeeper.set.acl": (_bool, "ZooKeeper znodes are written without ACLs"),
+}
+# Of those, the ones whose non-default value asks for something pylog cannot do and should
+# not pretend to: the broker refuses to start rather than ignore them.
+_UNUSED_ONLY_DEFAULT = {"zookeeper.set.acl": False}
+
+
 # Settings a listener may override as ``listener.name.<lower-case name>.<setting>``.
 LISTENER_SETTINGS = {key for key in _SETTINGS if key.startswith("ssl.")}
 _LISTENER_KEY = re.compile(r"^listener\.name\.(?P<name>[a-z0-9_-]+)\.(?P<setting>.+)$")
@@ -267,6 +359,8 @@ class BrokerConfig:
 
     values: Mapping[str, object]
     explicit: frozenset[str] = frozenset()
+    ignored: tuple[tuple[str, str], ...] = ()
+    """Kafka settings given that pylog does not use: (key, why), for the broker's log."""
 
     @classmethod
     def load(cls, path: Path | str | None, overrides: list[str] | Mapping[str, str] = ()
@@ -295,12 +389,16 @@ class BrokerConfig:
     @classmethod
     def from_mapping(cls, raw: Mapping[str, str]) -> "BrokerConfig":
         values = {key: default for key, (_, default, _) in _SETTINGS.items()}
+        ignored = []
         for key, text in raw.items():
             setting = _listener_setting(key)
+            if setting in _UNUSED:
+                ignored.append((key, _unused(key, text)))
+                continue
             if setting not in _SETTINGS:
-                raise ConfigError(key, "unknown broker setting")
+                raise ConfigError(key, "unknown broker setting" + _did_you_mean(key))
             values[key] = _SETTINGS[setting][0](key, text)
-        config = cls(values, frozenset(raw))
+        config = cls(values, frozenset(raw) - {key for key, _ in ignored}, tuple(ignored))
         config._check()
         return config
 
@@ -314,6 +412,8 @@ class BrokerConfig:
                     "min.insync.replicas", "replica.lag.time.max.ms",
                     "replica.fetch.wait.max.ms", "replica.fetch.max.bytes",
                     "replica.fetch.response.max.bytes", "replica.fetch.backoff.ms",
+                    "socket.listen.backlog.size",
+                    "fetch.max.bytes",
                     "leader.imbalance.check.interval.seconds",
                     "replica.high.watermark.checkpoint.interval.ms",
                     "transaction.state.log.num.partitions", "transaction.max.timeout.ms",
@@ -321,6 +421,12 @@ class BrokerConfig:
                     "transactional.id.expiration.ms"):
             if self[key] < 1:
                 raise ConfigError(key, f"must be at least 1, got {self[key]}")
+        for key in ("max.connections", "max.connections.per.ip"):
+            if self[key] < 0:
+                raise ConfigError(key, f"must not be negative, got {self[key]}")
+        if self["max.connections.per.ip"] == 0 and not self.connection_overrides:
+            raise ConfigError("max.connections.per.ip", "0 needs "
+                              "max.connections.per.ip.overrides (or no address could connect)")
         if self["num.partitions"] > self["max.partitions.per.topic"]:
             raise ConfigError("num.partitions", f"{self['num.partitions']} is more than "
                               f"max.partitions.per.topic={self['max.partitions.per.topic']}")
@@ -333,6 +439,12 @@ class BrokerConfig:
             raise ConfigError("log.dirs", "no directory given")
         self.log_config  # checks log settings
         self.cleaner_config
+
+    @property
+    def connection_overrides(self) -> dict[str, int]:
+        """``max.connections.per.ip.overrides`` by address."""
+        return parse_connection_overrides("max.connections.per.ip.overrides",
+                                          self["max.connections.per.ip.overrides"])
 
     # -- listeners ----------------------------------------------------------------------
 
@@ -592,7 +704,7 @@ class BrokerSetting:
 
 _TYPE_NAMES = {_int: "long", _bool: "boolean", _float: "double", _str: "string",
                _host_port: "string", parse_cleanup_policy: "list", _sasl_mechanisms: "list",
-               _jaas: "password"}
+               _jaas: "password", _connection_overrides: "string"}
 
 
 def broker_settings() -> list[BrokerSetting]:
@@ -604,6 +716,20 @@ def broker_settings() -> list[BrokerSetting]:
 _CLEANER_KEYS = {"enabled": "log.cleaner.enable", "threads": "log.cleaner.threads",
                  "dedupe_buffer_size": "log.cleaner.dedupe.buffer.size",
                  "backoff_ms": "log.cleaner.backoff.ms"}
+
+
+def _unused(key: str, text: str) -> str:
+    """Check a Kafka setting pylog does not use; returns why it is ignored."""
+    parse, why = _UNUSED[key]
+    value = parse(key, text) if parse is not None else text
+    if key in _UNUSED_ONLY_DEFAULT and value != _UNUSED_ONLY_DEFAULT[key]:
+        raise ConfigError(key, f"{text.strip()} is not supported: {why}")
+    return why
+
+
+def _did_you_mean(key: str) -> str:
+    close = difflib.get_close_matches(key, [*_SETTINGS, *_UNUSED], n=1, cutoff=0.8)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def _listener_setting(key: str) -> str:

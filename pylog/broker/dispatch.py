@@ -187,6 +187,7 @@ class Dispatcher:
         self.metrics: BrokerMetrics | None = None  # set by the broker when metrics are on
         self.served = dict(SERVED_VERSIONS)
         self.services: dict[int, Service] = {}
+        self.fetch_max_bytes: int | None = None  # fetch.max.bytes: caps consumers' Fetch
 
     def serve(self, api_key: int, versions: tuple[int, int], handler: "Service") -> None:
         """Answer ``api_key`` (``versions`` low and high, inclusive) with ``handler``."""
@@ -374,7 +375,7 @@ class Dispatcher:
         if api_key == ApiKey.PRODUCE:
             return handle_produce(body, version, self.logs, self.clock())
         if api_key == ApiKey.FETCH:
-            return start_fetch(body, version, self.logs, self.clock())
+            return start_fetch(body, version, self.logs, self.clock(), self.fetch_max_bytes)
         if api_key == ApiKey.LIST_OFFSETS:
             return handle_list_offsets(body, version, self.logs)
         if api_key == ApiKey.METADATA:

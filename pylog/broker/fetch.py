@@ -169,13 +169,18 @@ def close_regions(response: dict) -> None:
                 region.close()
 
 
-def start_fetch(body: dict, version: int, logs: PartitionLogs, now: float) -> FetchWork | dict:
-    """A FetchWork to attempt (and maybe park), or an immediate error body."""
+def start_fetch(body: dict, version: int, logs: PartitionLogs, now: float,
+                max_bytes: int | None = None) -> FetchWork | dict:
+    """A FetchWork to attempt (and maybe park), or an immediate error body. ``max_bytes``
+    (``fetch.max.bytes``) caps what a consumer's request may ask for, as in Kafka; a
+    follower's is its own (``replica.fetch.response.max.bytes``)."""
     if version < MIN_FETCH_VERSION:
         raise UnsupportedVersionError(f"Fetch v{version} is not supported; use v4 or later")
     if body.get("session_id", 0) != 0 or body.get("session_epoch", -1) not in (-1, 0):
         # No fetch sessions: tell the client to fall back to full fetches.
         return {"throttle_time_ms": 0, "error_code": 70, "session_id": 0, "responses": []}
+    if max_bytes is not None and body.get("replica_id", -1) < 0 and body["max_bytes"] > max_bytes:
+        body["max_bytes"] = max_bytes
     return FetchWork(body, logs, now + max(body["max_wait_ms"], 0) / 1000)
 
 

@@ -118,6 +118,7 @@ class Connection:
         self.events = 0
         self.closing = False  # close once the queued answers are out (failed SASL)
         self.last_active = 0.0  # clock seconds of the last read or write
+        self.on_close: Callable[[], None] | None = None  # the acceptor's count, given back
 
     def queue(self, reply: Reply) -> None:
         """Queue a response; consecutive byte chunks are merged so one send covers many."""
@@ -163,6 +164,9 @@ class Connection:
             self.sock.close()
         except OSError:
             pass
+        on_close, self.on_close = self.on_close, None
+        if on_close is not None:
+            on_close()
 
 
 def _tls_hint(inbound: bytearray, position: int, conn: Connection) -> str:
@@ -213,9 +217,10 @@ class Processor(threading.Thread):
 
     # -- called from other threads --------------------------------------------------------
 
-    def add(self, sock: socket.socket, address: str,
-            listener: ListenerSpec = PLAINTEXT) -> None:
-        self._new.append((sock, address, listener))
+    def add(self, sock: socket.socket, address: str, listener: ListenerSpec = PLAINTEXT,
+            on_close: Callable[[], None] | None = None) -> None:
+        """Serve ``sock``; ``on_close()`` runs once when it is closed."""
+        self._new.append((sock, address, listener, on_close))
         self.wakeup()
 
     def wakeup(self) -> None:
@@ -320,7 +325,7 @@ class Processor(threading.Thread):
 
     def _accept_new(self) -> None:
         while self._new:
-            sock, address, listener = self._new.popleft()
+            sock, address, listener, on_close = self._new.popleft()
             sock.setblocking(False)
             if listener.tls is not None:
                 try:
@@ -330,8 +335,11 @@ class Processor(threading.Thread):
                     log.warning("connection from %s on listener %s closed: cannot start "
                                 "TLS: %s", address, listener.name, failure_reason(error))
                     sock.close()
+                    if on_close is not None:
+                        on_close()
                     continue
             conn = Connection(sock, address, self.budget, listener)
+            conn.on_close = on_close
             conn.wake = functools.partial(self._wake_parked, conn)
             conn.last_active = self.clock()
             self._connections.add(conn)
@@ -701,23 +709,72 @@ class Processor(threading.Thread):
         conn.release()
 
 
+class ConnectionQuotas:
+    """``max.connections`` (every listener together) and ``max.connections.per.ip``, as
+    Kafka applies them: at the broker-wide limit the acceptors stop accepting (clients
+    wait in the listen backlog) until a connection closes; an address at its limit has a
+    new connection closed at once. Shared by the acceptors; processors give a connection
+    back when it closes."""
+
+    def __init__(self, max_connections: int, per_ip: int,
+                 overrides: dict[str, int] | None = None) -> None:
+        self.max_connections = max_connections
+        self.per_ip = per_ip
+        self.overrides = overrides or {}
+        self._cond = threading.Condition()
+        self._total = 0
+        self._by_ip: collections.Counter = collections.Counter()
+
+    @property
+    def open(self) -> int:
+        return self._total
+
+    def wait_for_room(self, stopping: Callable[[], bool]) -> None:
+        """Block while the broker-wide limit is reached (or until ``stopping()``)."""
+        with self._cond:
+            while self._total >= self.max_connections and not stopping():
+                self._cond.wait(0.5)
+
+    def admit(self, ip: str) -> bool:
+        """Count a new connection from ``ip``; False (not counted) if ``ip`` is at its limit."""
+        with self._cond:
+            if self._by_ip[ip] >= self.overrides.get(ip, self.per_ip):
+                return False
+            self._total += 1
+            self._by_ip[ip] += 1
+            return True
+
+    def release(self, ip: str) -> None:
+        with self._cond:
+            self._total -= 1
+            self._by_ip[ip] -= 1
+            if not self._by_ip[ip]:
+                del self._by_ip[ip]
+            self._cond.notify_all()
+
+
 class Acceptor(threading.Thread):
     """Accepts connections on one listener's socket and spreads them over processors."""
 
     def __init__(self, server: socket.socket, processors: list[Processor],
                  send_buffer: int, receive_buffer: int,
-                 listener: ListenerSpec = PLAINTEXT) -> None:
+                 listener: ListenerSpec = PLAINTEXT,
+                 quotas: ConnectionQuotas | None = None) -> None:
         super().__init__(name=f"pylog-acceptor-{listener.name}", daemon=True)
         self.server = server
         self.listener = listener
         self.processors = processors
         self.send_buffer = send_buffer
         self.receive_buffer = receive_buffer
+        self.quotas = quotas
         self._stopping = False
 
     def run(self) -> None:
         turn = itertools.cycle(self.processors)
+        quotas = self.quotas
         while not self._stopping:
+            if quotas is not None:
+                quotas.wait_for_room(lambda: self._stopping)
             try:
                 sock, peer = self.server.accept()
             except OSError:
@@ -726,8 +783,17 @@ class Acceptor(threading.Thread):
                 log.warning("accept failed", exc_info=True)
                 time.sleep(0.1)  # e.g. out of file descriptors: back off, do not spin
                 continue
+            on_close = None
+            if quotas is not None:
+                if not quotas.admit(peer[0]):
+                    log.info("connection from %s:%s on listener %s closed: %s already has "
+                             "its most connections (max.connections.per.ip)", peer[0],
+                             peer[1], self.listener.name, peer[0])
+                    sock.close()
+                    continue
+                on_close = functools.partial(quotas.release, peer[0])
             self._configure(sock)
-            next(turn).add(sock, f"{peer[0]}:{peer[1]}", self.listener)
+            next(turn).add(sock, f"{peer[0]}:{peer[1]}", self.listener, on_close)
 
     def _configure(self, sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

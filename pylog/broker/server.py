@@ -26,7 +26,7 @@ from pylog.broker.config import BrokerConfig, Listener
 from pylog.broker.dispatch import Dispatcher
 from pylog.broker.groups import GroupHandlers
 from pylog.broker.meta import ensure_meta
-from pylog.broker.network import Acceptor, ListenerSpec, Processor
+from pylog.broker.network import Acceptor, ConnectionQuotas, ListenerSpec, Processor
 from pylog.broker.partitions import AppendWaiters, PartitionLogs
 from pylog.broker.replica_manager import ReplicaManager
 from pylog.broker import delete_records, txn_markers
@@ -121,10 +121,13 @@ class Broker:
         return {spec.name: server.getsockname()[:2] for spec, server in self._servers}
 
     def start(self) -> "Broker":
+        for key, why in self.config.ignored:
+            log.warning("%s: a Kafka setting pylog does not use (%s); ignored", key, why)
         specs = [self._listener_spec(listener) for listener in self.config.listeners]
+        backlog = self.config["socket.listen.backlog.size"]
         for spec, listener in zip(specs, self.config.listeners):
             try:
-                self._servers.append((spec, self._bind(listener)))
+                self._servers.append((spec, self._bind(listener, backlog)))
             except BaseException:
                 self._close_servers()
                 raise
@@ -146,13 +149,13 @@ class Broker:
         return ListenerSpec(listener.name, listener.security_protocol, tls)
 
     @staticmethod
-    def _bind(listener: Listener) -> socket.socket:
+    def _bind(listener: Listener, backlog: int) -> socket.socket:
         family = socket.AF_INET6 if ":" in listener.host else socket.AF_INET
         server = socket.socket(family, socket.SOCK_STREAM)
         try:
             server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             server.bind((listener.host, listener.port))
-            server.listen(512)
+            server.listen(backlog)
         except OSError as exc:
             server.close()
             raise ConfigError("listeners", f"cannot listen on {listener.host}:{listener.port} "
@@ -218,6 +221,7 @@ class Broker:
         group_handlers = GroupHandlers(self.coordinator, self.clock, self.transactions)
         dispatcher = Dispatcher(AdminHandlers(config, self.metadata, logs), logs, self.clock,
                                 group_handlers, sasl=self.sasl)
+        dispatcher.fetch_max_bytes = config["fetch.max.bytes"]
         dispatcher.serve(ApiKey.TXN_OFFSET_COMMIT, (0, 4), group_handlers.txn_offset_commit)
         for api_key, versions, handler in TransactionHandlers(
                 self.transactions, self.coordinator.partition_of, self.clock).services():
@@ -237,8 +241,10 @@ class Broker:
             for i in range(config["num.network.threads"])]
         for processor in self._processors:
             processor.start()
+        quotas = ConnectionQuotas(config["max.connections"], config["max.connections.per.ip"],
+                                  config.connection_overrides)
         self._acceptors = [Acceptor(server, self._processors, config["socket.send.buffer.bytes"],
-                                    config["socket.receive.buffer.bytes"], spec)
+                                    config["socket.receive.buffer.bytes"], spec, quotas)
                            for spec, server in self._servers]
         for acceptor in self._acceptors:
             acceptor.start()

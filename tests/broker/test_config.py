@@ -124,7 +124,8 @@ def test_cli_reports_a_bad_key_in_one_line(tmp_path):
          "--override", "log.retention.hourz=3"], capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     assert result.stderr.strip().splitlines() == [
-        "pylog broker: error: log.retention.hourz: unknown broker setting"]
+        "pylog broker: error: log.retention.hourz: unknown broker setting "
+        "(did you mean log.retention.hours?)"]
 
 
 def test_cli_reports_a_missing_config_file(tmp_path):
