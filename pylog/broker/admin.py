@@ -14,10 +14,11 @@ from pylog.broker.config import BrokerConfig
 from pylog.broker.configs import ConfigHandlers
 from pylog.broker.partitions import PartitionLogs
 from pylog.cluster.metadata import NO_LEADER, ClusterMetadata
-from pylog.cluster.placement import INTERNAL_TOPICS, check_partition_growth, validate_topic_name
+from pylog.cluster.placement import (INTERNAL_TOPICS, check_partition_growth,
+                                     check_replica_assignment, validate_topic_name)
 from pylog.errors import (
     ConfigError, CoordinatorNotAvailableError, InvalidConfigError, InvalidPartitionsError, InvalidReplicaAssignmentError,
-    InvalidTopicError, KafkaError, LeaderNotAvailableError, ListenerNotFoundError,
+    InvalidRequestError, InvalidTopicError, KafkaError, LeaderNotAvailableError, ListenerNotFoundError,
     TopicAlreadyExistsError,
     TopicDeletionDisabledError, UnknownTopicIdError, UnknownTopicOrPartitionError)
 
@@ -139,9 +140,18 @@ class AdminHandlers:
         result = {"name": name, "error_code": 0, "error_message": None,
                   "num_partitions": partitions, "replication_factor": replication,
                   "configs": []}
+        assignment = None
         try:
             if request["assignments"]:
-                raise InvalidReplicaAssignmentError("manual replica assignment is not supported")
+                if request["num_partitions"] != -1 or request["replication_factor"] != -1:
+                    raise InvalidRequestError(
+                        "both a partition count or replication factor and a replica "
+                        "assignment were given; give one or the other")
+                assignment = check_replica_assignment(
+                    {a["partition_index"]: a["broker_ids"] for a in request["assignments"]},
+                    (broker.broker_id for broker in self.metadata.brokers()))
+                partitions, replication = len(assignment), len(assignment[0])
+                result.update(num_partitions=partitions, replication_factor=replication)
             self._check_partition_count(partitions)
             try:
                 self.logs.default_config.with_overrides(configs)
@@ -152,7 +162,8 @@ class AdminHandlers:
                 if self.metadata.topic(name) is not None:
                     raise TopicAlreadyExistsError(f"topic {name!r} already exists")
             else:
-                self.metadata.create_topic(name, partitions, replication, configs)
+                self.metadata.create_topic(name, partitions, replication, configs,
+                                           assignment=assignment)
                 log.info("created topic %s with %d partitions", name, partitions)
         except KafkaError as error:
             result.update(error_code=error.errno, error_message=str(error),
@@ -169,24 +180,37 @@ class AdminHandlers:
                 f"got {partitions}")
 
     def create_partitions(self, body: dict, version: int) -> dict:
-        """CreatePartitions: grow topics (placement by the controller's rule only)."""
+        """CreatePartitions: grow topics, the new partitions placed by the controller's rule
+        or by the replica assignment given for them."""
         results = []
         for request in body["topics"]:
             result = {"name": request["name"], "error_code": 0, "error_message": None}
             try:
-                if request["assignments"]:
-                    raise InvalidReplicaAssignmentError(
-                        "manual replica assignment is not supported")
                 self._check_partition_count(request["count"])
-                if body["validate_only"]:
+                assignment = None
+                if request["assignments"] or body["validate_only"]:
                     topic = self.metadata.topic(request["name"])
                     if topic is None:
                         raise UnknownTopicOrPartitionError(
                             f"topic {request['name']!r} does not exist")
                     check_partition_growth(request["name"], topic.num_partitions,
                                            request["count"])
-                else:
-                    self.metadata.add_partitions(request["name"], request["count"])
+                if request["assignments"]:
+                    adding = request["count"] - topic.num_partitions
+                    if len(request["assignments"]) != adding:
+                        raise InvalidReplicaAssignmentError(
+                            f"adding {adding} partition(s) but {len(request['assignments'])} "
+                            "replica assignment(s) given")
+                    factor = next((len(state.replicas) for state in topic.partitions.values()),
+                                  None)
+                    assignment = check_replica_assignment(
+                        {topic.num_partitions + i: a["broker_ids"]
+                         for i, a in enumerate(request["assignments"])},
+                        (broker.broker_id for broker in self.metadata.brokers()),
+                        first=topic.num_partitions, replication_factor=factor)
+                if not body["validate_only"]:
+                    self.metadata.add_partitions(request["name"], request["count"],
+                                                 assignment=assignment)
             except KafkaError as error:
                 result.update(error_code=error.errno, error_message=str(error))
             results.append(result)

@@ -60,15 +60,19 @@ class ClusterMetadata(Protocol):
         ...
 
     def create_topic(self, name: str, num_partitions: int, replication_factor: int = 1,
-                     configs: Mapping[str, str] | None = None) -> TopicMetadata:
-        """Create a topic and place its partitions.
+                     configs: Mapping[str, str] | None = None, *,
+                     assignment: Mapping[int, tuple[int, ...]] | None = None) -> TopicMetadata:
+        """Create a topic and place its partitions (as ``assignment`` says, if given: a
+        checked partition -> replicas map of ``num_partitions`` entries).
 
         Raises TopicAlreadyExistsError, InvalidTopicError, InvalidPartitionsError,
         InvalidReplicationFactorError.
         """
 
-    def add_partitions(self, name: str, total: int) -> TopicMetadata:
-        """Grow a topic to ``total`` partitions.
+    def add_partitions(self, name: str, total: int, *,
+                       assignment: Mapping[int, tuple[int, ...]] | None = None) -> TopicMetadata:
+        """Grow a topic to ``total`` partitions (the new ones placed as ``assignment`` says,
+        if given).
 
         Raises UnknownTopicOrPartitionError, InvalidPartitionsError,
         InvalidReplicationFactorError.

@@ -11,8 +11,8 @@ import functools
 import re
 from typing import Iterable
 
-from pylog.errors import (InvalidPartitionsError, InvalidReplicationFactorError,
-                          InvalidTopicError)
+from pylog.errors import (InvalidPartitionsError, InvalidReplicaAssignmentError,
+                          InvalidReplicationFactorError, InvalidTopicError)
 
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -89,3 +89,44 @@ def assign_new_partitions(current: dict[int, tuple[int, ...]], total: int,
     factor = len(next(iter(current.values()))) if current else 1
     placed = assign_replicas(total, factor, live_broker_ids)
     return {p: replicas for p, replicas in placed.items() if p >= len(current)}
+
+
+def check_replica_assignment(assignment: dict[int, list[int] | tuple[int, ...]],
+                             broker_ids: Iterable[int], first: int = 0,
+                             replication_factor: int | None = None
+                             ) -> dict[int, tuple[int, ...]]:
+    """A replica assignment a client gave (CreateTopics, CreatePartitions), checked as
+    Kafka checks it: partitions ``first``, ``first + 1``, ... with no gap, each with the
+    same number of replicas (``replication_factor`` if given), none twice, every one a
+    broker in ``broker_ids``. Returns it with tuples. Raises InvalidReplicaAssignmentError.
+
+    >>> check_replica_assignment({0: [2, 1], 1: [1, 2]}, [1, 2])
+    {0: (2, 1), 1: (1, 2)}
+    """
+    if sorted(assignment) != list(range(first, first + len(assignment))):
+        raise InvalidReplicaAssignmentError(
+            f"partitions should be a consecutive sequence from {first}, got "
+            f"{sorted(assignment)}")
+    known = set(broker_ids)
+    sizes = {len(replicas) for replicas in assignment.values()}
+    if replication_factor is not None:
+        sizes.add(replication_factor)
+    if len(sizes) > 1:
+        raise InvalidReplicaAssignmentError(
+            "all partitions should have the same number of replicas"
+            + (f" as the topic ({replication_factor})" if replication_factor else ""))
+    checked = {}
+    for partition, replicas in sorted(assignment.items()):
+        replicas = tuple(replicas)
+        if not replicas:
+            raise InvalidReplicaAssignmentError(f"partition {partition} has no replicas")
+        if len(set(replicas)) != len(replicas):
+            raise InvalidReplicaAssignmentError(
+                f"duplicate replica assignment for partition {partition}: {list(replicas)}")
+        unknown = sorted(set(replicas) - known)
+        if unknown:
+            raise InvalidReplicaAssignmentError(
+                f"unknown broker(s) {unknown} in the replica assignment of partition "
+                f"{partition}; the brokers are {sorted(known)}")
+        checked[partition] = replicas
+    return checked

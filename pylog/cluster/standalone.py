@@ -67,7 +67,8 @@ class StandaloneMetadata:
         return self._topics.get(name)
 
     def create_topic(self, name: str, num_partitions: int, replication_factor: int = 1,
-                     configs: Mapping[str, str] | None = None) -> TopicMetadata:
+                     configs: Mapping[str, str] | None = None, *,
+                     assignment: Mapping[int, tuple[int, ...]] | None = None) -> TopicMetadata:
         """Create ``name`` with every partition led by this broker.
 
         Raises InvalidTopicError, InvalidPartitionsError, InvalidReplicationFactorError
@@ -91,7 +92,8 @@ class StandaloneMetadata:
         self._notify()
         return topic
 
-    def add_partitions(self, name: str, total: int) -> TopicMetadata:
+    def add_partitions(self, name: str, total: int, *,
+                       assignment: Mapping[int, tuple[int, ...]] | None = None) -> TopicMetadata:
         """Grow ``name`` to ``total`` partitions (CreatePartitions).
 
         Raises UnknownTopicOrPartitionError, and InvalidPartitionsError unless ``total``

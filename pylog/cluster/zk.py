@@ -43,7 +43,7 @@ from pylog.cluster.session import close_client, connect_client
 from pylog.cluster.topic_config import alter_topic_config
 from pylog.cluster.view import ClusterView
 from pylog.cluster.worker import CoalescingWorker
-from pylog.errors import (RequestTimedOutError, TopicAlreadyExistsError,
+from pylog.errors import (InvalidReplicaAssignmentError, RequestTimedOutError, TopicAlreadyExistsError,
                           UnknownTopicOrPartitionError)
 from pylog.types import BrokerEndpoint, ListenerEndpoint
 
@@ -185,7 +185,8 @@ class ZkClusterMetadata:
     # -- ClusterMetadata changes -------------------------------------------------------
 
     def create_topic(self, name: str, num_partitions: int, replication_factor: int = 1,
-                     configs: Mapping[str, str] | None = None) -> TopicMetadata:
+                     configs: Mapping[str, str] | None = None, *,
+                     assignment: Mapping[int, tuple[int, ...]] | None = None) -> TopicMetadata:
         """Place the topic over the live brokers and write its assignment.
 
         Waits up to ``admin_timeout`` for the controller to elect the partitions' leaders;
@@ -196,8 +197,9 @@ class ZkClusterMetadata:
         """
         validate_topic_name(name)
         with self._zookeeper(f"creating topic {name!r}"):
-            live = [int(child) for child in self._client.get_children(layout.BROKER_IDS)]
-            assignment = assign_replicas(num_partitions, replication_factor, live)
+            if assignment is None:
+                live = [int(child) for child in self._client.get_children(layout.BROKER_IDS)]
+                assignment = assign_replicas(num_partitions, replication_factor, live)
             if self._view.topic(name) is not None or self._client.exists(
                     layout.topic_path(name)):
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
@@ -239,7 +241,8 @@ class ZkClusterMetadata:
             raise RequestTimedOutError(f"{action}: ZooKeeper failed "
                                        f"({type(exc).__name__})") from exc
 
-    def add_partitions(self, name: str, total: int) -> TopicMetadata:
+    def add_partitions(self, name: str, total: int, *,
+                       assignment: Mapping[int, tuple[int, ...]] | None = None) -> TopicMetadata:
         """Grow the topic to ``total`` partitions, placing the new ones over the live
         brokers; waits up to ``admin_timeout`` for the controller to elect their leaders.
 
@@ -254,9 +257,16 @@ class ZkClusterMetadata:
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist") from None
             current = layout.decode_assignment(data)
             check_partition_growth(name, len(current), total)
-            live = [int(child) for child in self._client.get_children(layout.BROKER_IDS)]
+            added = assignment
+            if added is None:
+                live = [int(child) for child in self._client.get_children(layout.BROKER_IDS)]
+                added = assign_new_partitions(current, total, live)
+            elif sorted(added) != list(range(len(current), total)):
+                raise InvalidReplicaAssignmentError(
+                    f"the assignment is for partitions {sorted(added)}, but {name!r} has "
+                    f"{len(current)} now")
             assignment = dict(current)
-            assignment.update(assign_new_partitions(current, total, live))
+            assignment.update(added)
             try:
                 self._client.set(layout.topic_path(name), layout.encode_assignment(assignment),
                                  version=stat.version)

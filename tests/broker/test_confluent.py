@@ -96,3 +96,21 @@ def test_assign_from_explicit_offsets(broker):
     assert by_partition[1] == list(range(10, 200))
     assert [m.value() for m in messages if m.partition() == 0] == \
         [v for (p, _, v, _, _) in sent if p == 0][150:]
+
+
+def test_a_replica_assignment_on_one_broker(broker):
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import NewPartitions
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("assigned", 2, -1, replica_assignment=[[0], [0]])])[
+        "assigned"].result(30)
+    admin.create_partitions([NewPartitions("assigned", 3, replica_assignment=[[0]])])[
+        "assigned"].result(30)
+    topic = admin.list_topics("assigned", timeout=10).topics["assigned"]
+    assert {p: list(m.replicas) for p, m in topic.partitions.items()} == {0: [0], 1: [0], 2: [0]}
+    for bad in (NewTopic("elsewhere", 1, -1, replica_assignment=[[4]]),
+                NewTopic("doubled", 1, -1, replica_assignment=[[0, 0]])):
+        with pytest.raises(KafkaException) as error:
+            admin.create_topics([bad])[bad.topic].result(30)
+        assert error.value.args[0].code() == KafkaError.INVALID_REPLICA_ASSIGNMENT

@@ -178,3 +178,47 @@ def test_a_broker_with_a_taken_id_is_refused_with_one_line(cluster, tmp_path, zk
     assert "broker.id 2 is already registered in ZooKeeper" in output
     assert "Traceback" not in output
     assert cluster.leaders(1, "spread") == {} and sorted(cluster.metadata(3).brokers) == [1, 2, 3]
+
+
+def test_a_replica_assignment_places_partitions_where_it_says(cluster):
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap(1)})
+    # confluent-kafka wants the partition count to match the assignment; on the wire it
+    # sends -1 for both the count and the replication factor, as Kafka requires.
+    admin.create_topics([NewTopic("placed", 2, -1, replica_assignment=[[3, 1], [2, 3]])])[
+        "placed"].result(30)
+
+    def replicas() -> dict[int, list[int]]:
+        topic = admin.list_topics("placed", timeout=10).topics["placed"]
+        return {p: list(m.replicas) for p, m in topic.partitions.items()}
+
+    wait_until(lambda: replicas() == {0: [3, 1], 1: [2, 3]}, message="the given placement")
+    for broker_id in (1, 2, 3):  # the first replica leads
+        wait_until(lambda: cluster.leaders(broker_id, "placed") == {0: 3, 1: 2},
+                   message=f"leaders as broker {broker_id} sees them")
+    admin.create_partitions([NewPartitions("placed", 3, replica_assignment=[[1, 2]])])[
+        "placed"].result(30)
+    wait_until(lambda: replicas() == {0: [3, 1], 1: [2, 3], 2: [1, 2]},
+               message="the added partition's placement")
+    sent = [(p, f"v-{p}-{i}") for p in range(3) for i in range(5)]
+    clients.confluent_produce(cluster.bootstrap(2), "placed", sent)
+    assert clients.confluent_consume(cluster.bootstrap(3), "placed", [0, 1, 2],
+                                     len(sent)) == set(sent)
+
+    refused = {
+        "unknown-broker": NewTopic("unknown-broker", 1, -1, replica_assignment=[[1, 9]]),
+        "uneven": NewTopic("uneven", 2, -1, replica_assignment=[[1, 2], [3]]),
+        "twice": NewTopic("twice", 1, -1, replica_assignment=[[2, 2]]),
+    }
+    for name, future in admin.create_topics(list(refused.values())).items():
+        with pytest.raises(KafkaException) as error:
+            future.result(30)
+        assert error.value.args[0].code() == KafkaError.INVALID_REPLICA_ASSIGNMENT, name
+    wrong_factor = admin.create_partitions(
+        [NewPartitions("placed", 4, replica_assignment=[[1]])])["placed"]
+    with pytest.raises(KafkaException) as error:
+        wrong_factor.result(30)
+    assert error.value.args[0].code() == KafkaError.INVALID_REPLICA_ASSIGNMENT
+    assert set(admin.list_topics(timeout=10).topics) & set(refused) == set()
