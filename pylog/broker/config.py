@@ -167,6 +167,8 @@ _SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
                                          "the default"),
     "compression.lz4.level": (_int, 9, "compression.lz4.level of topics: 1-17"),
     "compression.zstd.level": (_int, 3, "compression.zstd.level of topics: -131072-22"),
+    "log.message.format.version": (_str, "3.0-IV1", "message.format.version of topics "
+                                                    "(ignored, as by Kafka 3.x)"),
     "log.message.timestamp.type": (_str, "CreateTime",
                                    "message.timestamp.type of topics: CreateTime or "
                                    "LogAppendTime"),
@@ -321,7 +323,6 @@ _UNUSED: dict[str, tuple[Callable[[str, str], object] | None, str]] = {
     "log.segment.delete.delay.ms": (_int, "deleted segments are removed at once; readers "
                                           "holding one keep reading it"),
     "log.message.downconversion.enable": (_bool, "records are served in the v2 format only"),
-    "log.message.format.version": (None, "records are written in the v2 format only"),
     "inter.broker.protocol.version": (None, "brokers speak the versions they negotiate"),
     "offsets.topic.compression.codec": (_int, "offset commits are written uncompressed"),
     "zookeeper.set.acl": (_bool, "ZooKeeper znodes are written without ACLs"),
@@ -667,6 +668,8 @@ class BrokerConfig:
             "compression.lz4.level": ("compression_lz4_level", self["compression.lz4.level"]),
             "compression.zstd.level": ("compression_zstd_level",
                                        self["compression.zstd.level"]),
+            "log.message.format.version": ("message_format_version",
+                                           self["log.message.format.version"]),
             "log.message.timestamp.type": ("timestamp_type",
                                            self["log.message.timestamp.type"]),
             "log.message.timestamp.before.max.ms": (

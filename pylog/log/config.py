@@ -9,6 +9,7 @@ CreateTopics or ``server.properties`` map onto it directly.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -22,6 +23,7 @@ MAX_SEGMENT_BYTES = 2**31 - 1  # positions in the offset index are int32
 MAX_LONG = 2**63 - 1  # Kafka's Long.MAX_VALUE: "no bound" for the timestamp checks
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 # compression.type: "producer" keeps each batch's codec; any other recompresses to it.
+_KAFKA_VERSION = re.compile(r"^\d+(\.\d+){1,3}(-IV\d+)?$")
 COMPRESSION_TYPES = {"producer": None, "uncompressed": Compression.NONE,
                      "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
                      "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
@@ -93,6 +95,10 @@ class LogConfig:
     """``producer``: batches keep the codec their producer chose; ``uncompressed``,
     ``gzip``, ``snappy``, ``lz4`` or ``zstd``: the log recompresses every batch in another
     codec to this one before writing it."""
+    message_format_version: str = "3.0-IV1"
+    """Kafka's record format for the topic. Kafka 3.x ignores it (from inter-broker protocol
+    3.0 on every log is in the v2 format) and so does pylog; it is kept so topic configs
+    written for older brokers are taken. A Kafka version (``0.10.0``, ``2.8-IV1``)."""
     compression_gzip_level: int = GZIP_DEFAULT_LEVEL
     """The level of gzip recompression: 1-9, or -1 for zlib's default (6)."""
     compression_lz4_level: int = LZ4_DEFAULT_LEVEL
@@ -161,6 +167,9 @@ class LogConfig:
                      LZ4_LEVELS.start, LZ4_LEVELS.stop - 1)
         _check_range("compression_zstd_level", self.compression_zstd_level,
                      ZSTD_LEVELS.start, ZSTD_LEVELS.stop - 1)
+        if not _KAFKA_VERSION.match(self.message_format_version):
+            raise ConfigError("message_format_version", "expected a Kafka version such as "
+                              f"0.10.0 or 2.8-IV1, got {self.message_format_version!r}")
         _check_range("timestamp_before_max_ms", self.timestamp_before_max_ms, 0, MAX_LONG)
         _check_range("timestamp_after_max_ms", self.timestamp_after_max_ms, 0, MAX_LONG)
         _check_range("timestamp_difference_max_ms", self.timestamp_difference_max_ms, 0,
@@ -258,6 +267,7 @@ _KAFKA_NAMES = {
     "message.timestamp.after.max.ms": "timestamp_after_max_ms",
     "message.timestamp.difference.max.ms": "timestamp_difference_max_ms",
     "compression.type": "compression_type",
+    "message.format.version": "message_format_version",
     "compression.gzip.level": "compression_gzip_level",
     "compression.lz4.level": "compression_lz4_level",
     "compression.zstd.level": "compression_zstd_level",
@@ -274,7 +284,7 @@ _BOOLEANS = ("expose_unflushed", "unclean_leader_election")
 def _parse_value(key: str, field: str, raw: object) -> object:
     if field == "cleanup_policy":
         return parse_cleanup_policy(key, raw)
-    if field == "timestamp_type":
+    if field in ("timestamp_type", "message_format_version"):
         return str(raw).strip()
     if field == "compression_type":
         return str(raw).strip().lower()

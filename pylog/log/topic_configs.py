@@ -66,6 +66,9 @@ TOPIC_CONFIGS: dict[str, TopicConfigKey] = {key.name: key for key in (
          "ratio", "log.cleaner.max.compaction.lag.ms"),
     _key("max.message.bytes", "int", "largest record batch accepted, in bytes",
          "message.max.bytes"),
+    _key("message.format.version", "string",
+         "Kafka's record format version; ignored, as Kafka 3.x ignores it: records are "
+         "always v2", "log.message.format.version"),
     _key("message.timestamp.after.max.ms", "long",
          "with CreateTime, refuse records timestamped more than this ahead of the broker's "
          "clock", "log.message.timestamp.after.max.ms"),

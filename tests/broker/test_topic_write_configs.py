@@ -274,12 +274,33 @@ def test_altering_the_level_changes_later_appends_and_describe_shows_it(broker):
     assert not entries["compression.zstd.level"].is_default
 
 
+def test_an_old_message_format_version_is_taken_and_changes_nothing(broker):
+    # Kafka 3.x ignores message.format.version (every log is v2); librdkafka's mixed
+    # message version test sets it halfway through a topic.
+    create(broker, "old-format")
+    first = produce(broker, "old-format", [now_ms()])
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    resource = ConfigResource("topic", "old-format", set_config={
+        "message.format.version": "0.10.0.0"})
+    admin.alter_configs([resource])[resource].result(30)
+    second = produce(broker, "old-format", [now_ms()])
+    assert [error for error, _, _ in first + second] == [None, None]
+    entries = admin.describe_configs([resource])[resource].result(30)
+    assert entries["message.format.version"].value == "0.10.0.0"
+    with WireClient(broker.bootstrap) as wire:
+        answer = wire.call(ApiKey.FETCH, 11, fetch_body("old-format", {0: 0}))
+    records = answer["responses"][0]["partitions"][0]["records"]
+    assert [h.base_offset for _, h in iter_batches(records)] == [0, 1]  # v2 batches, both
+    assert len(consume(broker, "old-format", 2)) == 2
+
+
 @pytest.mark.parametrize("configs, key", [
     ({"message.timestamp.type": "ArrivalTime"}, "message.timestamp.type"),
     ({"message.timestamp.after.max.ms": "-1"}, "message.timestamp.after.max.ms"),
     ({"compression.type": "brotli"}, "compression.type"),
     ({"message.timestamp.difference.max.ms": "-5"}, "message.timestamp.difference.max.ms"),
     ({"compression.gzip.level": "0"}, "compression.gzip.level"),
+    ({"message.format.version": "latest"}, "message.format.version"),
     ({"compression.lz4.level": "18"}, "compression.lz4.level"),
     ({"compression.zstd.level": "23"}, "compression.zstd.level"),
 ])
