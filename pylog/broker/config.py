@@ -167,6 +167,11 @@ _SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
                                          "the default"),
     "compression.lz4.level": (_int, 9, "compression.lz4.level of topics: 1-17"),
     "compression.zstd.level": (_int, 3, "compression.zstd.level of topics: -131072-22"),
+    "log.preallocate": (_bool, False, "preallocate of topics (taken, no effect: segment "
+                                      "files grow as they are written)"),
+    "log.segment.delete.delay.ms": (_int, 60000, "file.delete.delay.ms of topics (taken; "
+                                                 "deleted segments are removed at once, "
+                                                 "readers keep their open files)"),
     "log.message.format.version": (_str, "3.0-IV1", "message.format.version of topics "
                                                     "(ignored, as by Kafka 3.x)"),
     "log.message.timestamp.type": (_str, "CreateTime",
@@ -319,9 +324,6 @@ _UNUSED: dict[str, tuple[Callable[[str, str], object] | None, str]] = {
     "log.cleaner.io.buffer.load.factor": (_float, "the cleaner's key map is sized by "
                                                   "log.cleaner.dedupe.buffer.size"),
     "log.cleaner.io.max.bytes.per.second": (_float, "the cleaner is not throttled"),
-    "log.preallocate": (_bool, "segment files grow as they are written"),
-    "log.segment.delete.delay.ms": (_int, "deleted segments are removed at once; readers "
-                                          "holding one keep reading it"),
     "log.message.downconversion.enable": (_bool, "records are served in the v2 format only"),
     "inter.broker.protocol.version": (None, "brokers speak the versions they negotiate"),
     "offsets.topic.compression.codec": (_int, "offset commits are written uncompressed"),
@@ -668,6 +670,9 @@ class BrokerConfig:
             "compression.lz4.level": ("compression_lz4_level", self["compression.lz4.level"]),
             "compression.zstd.level": ("compression_zstd_level",
                                        self["compression.zstd.level"]),
+            "log.preallocate": ("preallocate", self["log.preallocate"]),
+            "log.segment.delete.delay.ms": ("file_delete_delay_ms",
+                                            self["log.segment.delete.delay.ms"]),
             "log.message.format.version": ("message_format_version",
                                            self["log.message.format.version"]),
             "log.message.timestamp.type": ("timestamp_type",

@@ -99,6 +99,13 @@ class LogConfig:
     """Kafka's record format for the topic. Kafka 3.x ignores it (from inter-broker protocol
     3.0 on every log is in the v2 format) and so does pylog; it is kept so topic configs
     written for older brokers are taken. A Kafka version (``0.10.0``, ``2.8-IV1``)."""
+    file_delete_delay_ms: int = 60000
+    """Kafka waits this long before removing a deleted segment's files, for readers still
+    on them. pylog removes them at once: a reader holds its own file descriptor, which
+    keeps working after the unlink. Taken so Kafka's topic configs are."""
+    preallocate: bool = False
+    """Kafka preallocates each new segment file to ``segment_bytes`` when true. pylog's
+    segment files grow as they are written; taken so Kafka's topic configs are."""
     compression_gzip_level: int = GZIP_DEFAULT_LEVEL
     """The level of gzip recompression: 1-9, or -1 for zlib's default (6)."""
     compression_lz4_level: int = LZ4_DEFAULT_LEVEL
@@ -170,6 +177,7 @@ class LogConfig:
         if not _KAFKA_VERSION.match(self.message_format_version):
             raise ConfigError("message_format_version", "expected a Kafka version such as "
                               f"0.10.0 or 2.8-IV1, got {self.message_format_version!r}")
+        _check_range("file_delete_delay_ms", self.file_delete_delay_ms, 0, None)
         _check_range("timestamp_before_max_ms", self.timestamp_before_max_ms, 0, MAX_LONG)
         _check_range("timestamp_after_max_ms", self.timestamp_after_max_ms, 0, MAX_LONG)
         _check_range("timestamp_difference_max_ms", self.timestamp_difference_max_ms, 0,
@@ -268,6 +276,8 @@ _KAFKA_NAMES = {
     "message.timestamp.difference.max.ms": "timestamp_difference_max_ms",
     "compression.type": "compression_type",
     "message.format.version": "message_format_version",
+    "file.delete.delay.ms": "file_delete_delay_ms",
+    "preallocate": "preallocate",
     "compression.gzip.level": "compression_gzip_level",
     "compression.lz4.level": "compression_lz4_level",
     "compression.zstd.level": "compression_zstd_level",
@@ -278,7 +288,7 @@ TOPIC_CONFIG_NAMES = tuple(_KAFKA_NAMES)
 CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
 _FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(LogConfig) if f.init}
 _OPTIONAL = {"flush_messages", "flush_ms", "retention_ms", "retention_bytes"}
-_BOOLEANS = ("expose_unflushed", "unclean_leader_election")
+_BOOLEANS = ("expose_unflushed", "unclean_leader_election", "preallocate")
 
 
 def _parse_value(key: str, field: str, raw: object) -> object:

@@ -67,10 +67,10 @@ def test_kafkas_stock_server_properties_run_a_broker(tmp_path):
 
 
 def test_settings_pylog_ignores_are_still_checked_and_listed():
-    config = BrokerConfig.load(None, ["num.io.threads=8", "log.preallocate=true",
+    config = BrokerConfig.load(None, ["num.io.threads=8", "background.threads=4",
                                       "metric.reporters=com.example.Reporter"])
     assert [key for key, _ in config.ignored] == [
-        "num.io.threads", "log.preallocate", "metric.reporters"]
+        "num.io.threads", "background.threads", "metric.reporters"]
     assert "num.io.threads" not in config.explicit
     with pytest.raises(ConfigError, match="num.io.threads: expected an integer"):
         BrokerConfig.load(None, ["num.io.threads=many"])

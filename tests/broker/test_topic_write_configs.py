@@ -294,6 +294,25 @@ def test_an_old_message_format_version_is_taken_and_changes_nothing(broker):
     assert len(consume(broker, "old-format", 2)) == 2
 
 
+def test_kafkas_compaction_test_topic_configs_are_taken(broker):
+    # The configs librdkafka's compaction test creates its topic with, through
+    # kafka-topics.sh; file.delete.delay.ms and preallocate have no effect in pylog.
+    configs = {"cleanup.policy": "compact", "segment.ms": "500", "segment.bytes": "1048576",
+               "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "86400",
+               "file.delete.delay.ms": "10000", "max.compaction.lag.ms": "100",
+               "preallocate": "true"}
+    create(broker, "kafka-compacted", **configs)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    resource = ConfigResource("topic", "kafka-compacted")
+    entries = admin.describe_configs([resource])[resource].result(30)
+    assert {name: entries[name].value for name in configs} == configs
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    reports = []
+    producer.produce("kafka-compacted", b"v", key=b"k", partition=0,
+                     on_delivery=lambda err, msg: reports.append(err))
+    assert producer.flush(30) == 0 and reports == [None]
+
+
 @pytest.mark.parametrize("configs, key", [
     ({"message.timestamp.type": "ArrivalTime"}, "message.timestamp.type"),
     ({"message.timestamp.after.max.ms": "-1"}, "message.timestamp.after.max.ms"),
@@ -301,6 +320,8 @@ def test_an_old_message_format_version_is_taken_and_changes_nothing(broker):
     ({"message.timestamp.difference.max.ms": "-5"}, "message.timestamp.difference.max.ms"),
     ({"compression.gzip.level": "0"}, "compression.gzip.level"),
     ({"message.format.version": "latest"}, "message.format.version"),
+    ({"file.delete.delay.ms": "-1"}, "file.delete.delay.ms"),
+    ({"preallocate": "yes"}, "preallocate"),
     ({"compression.lz4.level": "18"}, "compression.lz4.level"),
     ({"compression.zstd.level": "23"}, "compression.zstd.level"),
 ])
