@@ -58,8 +58,63 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Subcommands whose action is a word (``pylog topics create``) that Kafka's scripts spell
+# as a flag (``kafka-topics.sh --create``): the flag works too, so scripts written for
+# Kafka's tools run with ``pylog`` in their place.
+KAFKA_ACTION_FLAGS = {
+    "topics": ("create", "list", "describe", "alter", "delete"),
+    "acls": ("add", "list", "remove"),
+    "groups": ("list", "describe", "reset-offsets", "delete", "delete-offsets"),
+}
+# Flags of Kafka's scripts that mean nothing here: kafka-acls.sh --force skips a prompt
+# pylog never shows.
+KAFKA_NO_OP_FLAGS = {"acls": ("--force",)}
+
+
+def kafka_style(argv: list[str]) -> list[str]:
+    """``argv`` with a Kafka-style action flag (``topics --create ...``) turned into the
+    action word (``topics create ...``), when no action word is given."""
+    command = _command_index(argv)
+    if command is None or argv[command] not in KAFKA_ACTION_FLAGS:
+        return argv
+    name, rest = argv[command], argv[command + 1:]
+    actions = KAFKA_ACTION_FLAGS[name]
+    rest = [arg for arg in rest if arg not in KAFKA_NO_OP_FLAGS.get(name, ())]
+    flags = [arg for arg in rest if arg.startswith("--") and arg[2:] in actions]
+    if len(flags) > 1:
+        raise KafkaStyleError(f"pylog {name}: error: one action at a time, got "
+                              + " and ".join(flags))
+    if not flags or any(arg in actions for arg in rest):
+        return argv[:command + 1] + rest  # argparse says what is wrong, if anything
+    rest.remove(flags[0])
+    return argv[:command + 1] + [flags[0][2:]] + rest
+
+
+class KafkaStyleError(Exception):
+    """Kafka-style flags that ask for more than one action."""
+
+
+def _command_index(argv: list[str]) -> int | None:
+    """Where the subcommand is: the first word that is neither an option of ``pylog``
+    itself nor its value."""
+    skip = False
+    for i, arg in enumerate(argv):
+        if skip:
+            skip = False
+        elif arg == "--log-level":
+            skip = True
+        elif not arg.startswith("-"):
+            return i
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    try:
+        argv = kafka_style(sys.argv[1:] if argv is None else list(argv))
+    except KafkaStyleError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

@@ -79,3 +79,18 @@ def test_mistakes_are_one_line(broker):
             (("remove", "--allow-principal", "User:a"), "needs at least one resource")]:
         one_error_line(pylog("acls", *args, "--bootstrap-server", broker.bootstrap), "acls",
                        needle)
+
+
+def test_kafka_acls_sh_spelling_works(broker):
+    # librdkafka's own tests run kafka-acls.sh like this; pylog takes the same words.
+    out = acls(broker, "--add", "--deny-principal", "User:*", "--operation", "Read",
+               "--deny-host", "*", "--topic", "cli-kafka-style")
+    assert out.startswith("Adding ACLs for resource `ResourcePattern(resourceType=TOPIC, "
+                          "name=cli-kafka-style, patternType=LITERAL)`")
+    [denied] = stored(broker, resource_type=ResourceType.TOPIC, name="cli-kafka-style")
+    assert denied.entry.permission == AclPermission.DENY
+    acls(broker, "--remove", "--force", "--deny-principal", "User:*", "--operation", "Read",
+         "--deny-host", "*", "--topic", "cli-kafka-style")
+    assert stored(broker, resource_type=ResourceType.TOPIC, name="cli-kafka-style") == []
+    one_error_line(pylog("acls", "--add", "--remove", "--topic", "t",
+                         "--bootstrap-server", broker.bootstrap), "acls", "one action at a time")

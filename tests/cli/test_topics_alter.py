@@ -57,3 +57,21 @@ def test_an_unknown_topic_is_one_line(broker):
 def test_option_mistakes_are_refused_before_connecting(args, needle):
     result = pylog("topics", "alter", *args, "--bootstrap-server", "127.0.0.1:1")
     one_error_line(result, "topics", needle)
+
+
+def test_kafka_topics_sh_spelling_works(broker):
+    # A script written for kafka-topics.sh (flags for the action) runs with pylog topics.
+    bs = ("--bootstrap-server", broker.bootstrap)
+    created = pylog("topics", *bs, "--create", "--topic", "kafka-style", "--partitions", "2",
+                    "--replication-factor", "1", "--config", "cleanup.policy=compact")
+    assert created.returncode == 0, created.stderr
+    grown = pylog("topics", "--alter", "--topic", "kafka-style", "--partitions", "3", *bs)
+    assert grown.returncode == 0, grown.stderr
+    described = pylog("--log-level", "ERROR", "topics", "--describe", "--topic", "kafka-style",
+                      *bs).stdout.decode()
+    assert described.splitlines()[0].startswith("Topic: kafka-style\tPartitionCount: 3\t")
+    assert "cleanup.policy=compact" in described.splitlines()[0]
+    assert "kafka-style" in pylog("topics", "--list", *bs).stdout.decode().split()
+    assert pylog("topics", "--delete", "--topic", "kafka-style", *bs).returncode == 0
+    one_error_line(pylog("topics", "--create", "--delete", "--topic", "x", *bs), "topics",
+                   "one action at a time, got --create and --delete")
