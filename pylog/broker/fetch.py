@@ -106,7 +106,13 @@ class FetchWork:
                 partitions_out: list[dict] = []
                 topics_out.append({"topic": topic["topic"], "partitions": partitions_out})
                 for p in topic["partitions"]:
-                    result = self._read(topic["topic"], p, remaining)
+                    # As Kafka: only the first partition with records gets its first batch
+                    # whole whatever its size (so a consumer always makes progress); the
+                    # others fit in what is left of max_bytes or wait for the next Fetch.
+                    # (A follower, whose fetcher keeps its partitions in one order, gets
+                    # a batch of each, so none of them falls behind for good.)
+                    result = self._read(topic["topic"], p, remaining,
+                                        min_one=total == 0 or self.from_follower)
                     partitions_out.append(result)
                     records = result["records"]
                     size = len(records) if isinstance(records, bytes) else records.length
@@ -122,7 +128,7 @@ class FetchWork:
         close_regions(response)
         return None
 
-    def _read(self, topic: str, p: dict, remaining: int) -> dict:
+    def _read(self, topic: str, p: dict, remaining: int, min_one: bool = True) -> dict:
         result = {"partition_index": p["partition"], "error_code": 0, "high_watermark": -1,
                   "last_stable_offset": -1, "log_start_offset": -1,
                   "aborted_transactions": None, "preferred_read_replica": -1,
@@ -141,7 +147,7 @@ class FetchWork:
             committed = self.read_committed and not to_log_end
             if budget > 0:
                 read = partition_log.read(p["fetch_offset"], budget, up_to_log_end=to_log_end,
-                                          committed=committed)
+                                          committed=committed, min_one=min_one)
                 hw, stable, start = read.high_watermark, read.last_stable_offset, read.log_start_offset
                 if read.region is not None:
                     result["records"] = read.region

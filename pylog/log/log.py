@@ -654,10 +654,12 @@ class Log:
     # -- read -----------------------------------------------------------------------------
 
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None, *,
-             up_to_log_end: bool = False, committed: bool = False) -> ReadResult:
+             up_to_log_end: bool = False, committed: bool = False,
+             min_one: bool = True) -> ReadResult:
         """Whole batches from the one holding ``offset``, as a region of one segment file.
 
-        At most ``max_bytes`` except that the first batch is returned whole; nothing at or
+        At most ``max_bytes`` except that the first batch is returned whole (unless not
+        ``min_one``: then no batches when the first does not fit); nothing at or
         above the high watermark (the last stable offset if ``committed``, for isolation
         read_committed; the log end if ``up_to_log_end``, for a follower's fetch) or
         ``max_offset`` (exclusive). The result reports the high watermark and the last
@@ -685,7 +687,9 @@ class Log:
                     segment = self._segments[index]
                     if segment.base_offset >= limit:
                         break
-                    found = segment.read(offset, max_bytes, limit)
+                    found = segment.read(offset, max_bytes, limit, min_one)
+                    if found is not None and found[1] == 0:
+                        break  # the first batch is larger than max_bytes
                     if found is not None:
                         region = FileRegion(os.dup(segment.records.fd), found[0], found[1])
                         if committed and any(not s.txn_index.is_empty

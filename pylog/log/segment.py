@@ -214,13 +214,17 @@ class LogSegment:
         entry = self.offset_index.lookup(offset)
         return self.records.search_for_offset(offset, max(entry.position, start))
 
-    def read(self, offset: int, max_bytes: int, max_offset: int) -> tuple[int, int] | None:
+    def read(self, offset: int, max_bytes: int, max_offset: int,
+             min_one: bool = True) -> tuple[int, int] | None:
         """``(position, length)`` of whole batches from the one holding ``offset``, up to
-        ``max_bytes`` (the first batch whole regardless) and below ``max_offset``."""
+        ``max_bytes`` and below ``max_offset``; the first batch whole regardless if
+        ``min_one``, else a length of 0 when it does not fit."""
         found = self.translate_offset(offset)
         if found is None or found[1].base_offset >= max_offset:
             return None
         start, first = found
+        if not min_one and first.size > max_bytes:
+            return start, 0
         end = self.records.size
         if max_offset < self.next_offset:
             bound = self.translate_offset(max_offset, start)

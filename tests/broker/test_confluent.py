@@ -114,3 +114,32 @@ def test_a_replica_assignment_on_one_broker(broker):
         with pytest.raises(KafkaException) as error:
             admin.create_topics([bad])[bad.topic].result(30)
         assert error.value.args[0].code() == KafkaError.INVALID_REPLICA_ASSIGNMENT
+
+
+def test_fetch_max_bytes_bounds_the_whole_response(broker):
+    # librdkafka's fetch.max.bytes test, scaled to this broker's message.max.bytes: three
+    # partitions of batches near the response limit, a partition limit far above it. Only
+    # the first partition with records may exceed max_bytes (one batch, for progress);
+    # the others fit in what is left, so the response stays within the client's
+    # receive.message.max.bytes, which librdkafka enforces by closing the connection.
+    create_topic(broker.bootstrap, "fetch-bounded", 3)
+    produce(broker.bootstrap, "fetch-bounded",
+            [(p, None, b"%d-%d-" % (p, i) + b"x" * 150_000, None, 0)
+             for p in range(3) for i in range(4)], **{"linger.ms": 0, "batch.num.messages": 1})
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "fetch-bounded",
+                         "auto.offset.reset": "earliest",
+                         "max.partition.fetch.bytes": 20_000_000,
+                         "fetch.max.bytes": 200_000, "message.max.bytes": 200_000,
+                         "receive.message.max.bytes": 200_512})
+    consumer.subscribe(["fetch-bounded"])
+    got = []
+    for _ in range(120):
+        message = consumer.poll(0.5)
+        if message is None:
+            if len(got) == 12:
+                break
+            continue
+        assert message.error() is None, message.error()
+        got.append(message.value()[:4])
+    consumer.close()
+    assert sorted(got) == sorted(b"%d-%d-" % (p, i) for p in range(3) for i in range(4))
