@@ -284,6 +284,11 @@ _SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
 # Kafka broker settings pylog has no use for: a Kafka server.properties that sets them
 # starts, and the broker logs each one it ignores with the reason. The value must parse
 # as Kafka's type would; None accepts any text.
+_SHUTDOWN_WAITS = "controlled shutdown waits up to controlled.shutdown.timeout.ms instead"
+_IDS_GIVEN = "broker ids are given, never generated"
+_NO_PURGATORY = "waiting requests leave as they end"
+_PROMETHEUS = "metrics are served at metrics.listener (Prometheus)"
+_CHECKPOINTS = "checkpoints are written every replica.high.watermark.checkpoint.interval.ms"
 _UNUSED: dict[str, tuple[Callable[[str, str], object] | None, str]] = {
     "num.io.threads": (_int, "requests are handled on the num.network.threads processors"),
     "background.threads": (_int, "background work has threads of its own"),
@@ -298,28 +303,23 @@ _UNUSED: dict[str, tuple[Callable[[str, str], object] | None, str]] = {
                                       "record, up to replica.fetch.wait.max.ms"),
     "replica.socket.timeout.ms": (_int, "followers time out by replica.fetch.wait.max.ms"),
     "replica.socket.receive.buffer.bytes": (_int, "followers use the system's buffer size"),
-    "controlled.shutdown.max.retries": (_int, "controlled shutdown waits up to "
-                                              "controlled.shutdown.timeout.ms instead"),
-    "controlled.shutdown.retry.backoff.ms": (_int, "controlled shutdown waits up to "
-                                                   "controlled.shutdown.timeout.ms instead"),
+    "controlled.shutdown.max.retries": (_int, _SHUTDOWN_WAITS),
+    "controlled.shutdown.retry.backoff.ms": (_int, _SHUTDOWN_WAITS),
     "leader.imbalance.per.broker.percentage": (_int, "every preferred leader in the ISR is "
                                                      "restored at each check"),
-    "reserved.broker.max.id": (_int, "broker ids are given, never generated"),
-    "broker.id.generation.enable": (_bool, "broker ids are given, never generated"),
+    "reserved.broker.max.id": (_int, _IDS_GIVEN),
+    "broker.id.generation.enable": (_bool, _IDS_GIVEN),
     "zookeeper.max.in.flight.requests": (_int, "the ZooKeeper client pipelines as it needs"),
-    "fetch.purgatory.purge.interval.requests": (_int, "waiting requests leave as they end"),
-    "producer.purgatory.purge.interval.requests": (_int, "waiting requests leave as they end"),
-    "delete.records.purgatory.purge.interval.requests": (_int, "waiting requests leave as "
-                                                               "they end"),
-    "metric.reporters": (None, "metrics are served at metrics.listener (Prometheus)"),
-    "metrics.num.samples": (_int, "metrics are served at metrics.listener (Prometheus)"),
-    "metrics.sample.window.ms": (_int, "metrics are served at metrics.listener (Prometheus)"),
-    "metrics.recording.level": (None, "metrics are served at metrics.listener (Prometheus)"),
+    "fetch.purgatory.purge.interval.requests": (_int, _NO_PURGATORY),
+    "producer.purgatory.purge.interval.requests": (_int, _NO_PURGATORY),
+    "delete.records.purgatory.purge.interval.requests": (_int, _NO_PURGATORY),
+    "metric.reporters": (None, _PROMETHEUS),
+    "metrics.num.samples": (_int, _PROMETHEUS),
+    "metrics.sample.window.ms": (_int, _PROMETHEUS),
+    "metrics.recording.level": (None, _PROMETHEUS),
     "auto.include.jmx.reporter": (_bool, "there is no JMX"),
-    "log.flush.offset.checkpoint.interval.ms": (
-        _int, "checkpoints are written every replica.high.watermark.checkpoint.interval.ms"),
-    "log.flush.start.offset.checkpoint.interval.ms": (
-        _int, "checkpoints are written every replica.high.watermark.checkpoint.interval.ms"),
+    "log.flush.offset.checkpoint.interval.ms": (_int, _CHECKPOINTS),
+    "log.flush.start.offset.checkpoint.interval.ms": (_int, _CHECKPOINTS),
     "log.cleaner.io.buffer.size": (_int, "the cleaner reads a segment at a time"),
     "log.cleaner.io.buffer.load.factor": (_float, "the cleaner's key map is sized by "
                                                   "log.cleaner.dedupe.buffer.size"),

@@ -98,6 +98,7 @@ class FetchWork:
             remaining = 1
         total = 0
         failed = False
+        from_follower = self.from_follower
         topics_out: list[dict] = []
         response = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0,
                     "responses": topics_out}
@@ -112,7 +113,7 @@ class FetchWork:
                     # (A follower, whose fetcher keeps its partitions in one order, gets
                     # a batch of each, so none of them falls behind for good.)
                     result = self._read(topic["topic"], p, remaining,
-                                        min_one=total == 0 or self.from_follower)
+                                        min_one=total == 0 or from_follower)
                     partitions_out.append(result)
                     records = result["records"]
                     size = len(records) if isinstance(records, bytes) else records.length

@@ -725,10 +725,6 @@ class ConnectionQuotas:
         self._total = 0
         self._by_ip: collections.Counter = collections.Counter()
 
-    @property
-    def open(self) -> int:
-        return self._total
-
     def wait_for_room(self, stopping: Callable[[], bool]) -> None:
         """Block while the broker-wide limit is reached (or until ``stopping()``)."""
         with self._cond:
