@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 
-from pylog.broker.config import BrokerConfig
 from pylog.broker.configs import ConfigHandlers
+from pylog.broker.dynamic_config import DynamicBrokerConfig
 from pylog.broker.partitions import PartitionLogs
 from pylog.cluster.metadata import NO_LEADER, ClusterMetadata
 from pylog.cluster.placement import (INTERNAL_TOPICS, check_partition_growth,
@@ -42,12 +42,12 @@ def _unknown_topic_id(topic_id, version: int) -> dict:
 class AdminHandlers:
     """Handlers for the APIs about cluster state rather than partition data."""
 
-    def __init__(self, config: BrokerConfig, metadata: ClusterMetadata,
+    def __init__(self, dynamic: DynamicBrokerConfig, metadata: ClusterMetadata,
                  logs: PartitionLogs) -> None:
-        self.config = config
+        self.config = dynamic.static
         self.metadata = metadata
         self.logs = logs
-        self.configs = ConfigHandlers(config, metadata, logs.default_config)
+        self.configs = ConfigHandlers(dynamic, metadata)
 
     # -- Metadata -----------------------------------------------------------------------
 

@@ -328,10 +328,65 @@ _UNUSED: dict[str, tuple[Callable[[str, str], object] | None, str]] = {
     "inter.broker.protocol.version": (None, "brokers speak the versions they negotiate"),
     "offsets.topic.compression.codec": (_int, "offset commits are written uncompressed"),
     "zookeeper.set.acl": (_bool, "ZooKeeper znodes are written without ACLs"),
+    **{key: (parse, "SASL/GSSAPI (Kerberos) is not served") for key, parse in (
+        ("sasl.kerberos.service.name", None), ("sasl.kerberos.kinit.cmd", None),
+        ("sasl.kerberos.ticket.renew.window.factor", _float),
+        ("sasl.kerberos.ticket.renew.jitter", _float),
+        ("sasl.kerberos.min.time.before.relogin", _int),
+        ("sasl.kerberos.principal.to.local.rules", None))},
 }
 # Of those, the ones whose non-default value asks for something pylog cannot do and should
 # not pretend to: the broker refuses to start rather than ignore them.
 _UNUSED_ONLY_DEFAULT = {"zookeeper.set.acl": False}
+
+
+# Settings AlterConfigs may change while the broker runs (Kafka's dynamic broker configs,
+# KIP-226), per broker or as the cluster-wide default: the topics' defaults, the connection
+# limits and the cleaner's threads. Every other setting needs a restart.
+_LOG_DEFAULTS = frozenset({
+    "log.segment.bytes", "log.roll.ms", "log.roll.hours", "log.roll.jitter.ms",
+    "log.roll.jitter.hours", "log.retention.ms", "log.retention.minutes",
+    "log.retention.hours", "log.retention.bytes", "log.index.interval.bytes",
+    "log.index.size.max.bytes", "log.flush.interval.messages", "log.flush.interval.ms",
+    "log.flush.expose.unflushed", "message.max.bytes", "min.insync.replicas",
+    "unclean.leader.election.enable", "log.cleanup.policy", "log.cleaner.min.cleanable.ratio",
+    "log.cleaner.min.compaction.lag.ms", "log.cleaner.delete.retention.ms",
+    "log.cleaner.max.compaction.lag.ms", "compression.type", "compression.gzip.level",
+    "compression.lz4.level", "compression.zstd.level", "log.preallocate",
+    "log.segment.delete.delay.ms", "log.message.format.version", "log.message.timestamp.type",
+    "log.message.timestamp.before.max.ms", "log.message.timestamp.after.max.ms",
+    "log.message.timestamp.difference.max.ms"})
+DYNAMIC_SETTINGS = _LOG_DEFAULTS | {
+    "max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides",
+    "log.cleaner.threads", "log.cleaner.dedupe.buffer.size", "log.cleaner.backoff.ms"}
+# Kafka settings pylog ignores (above) that Kafka lets change at run time: AlterConfigs
+# takes them too, and they stay ignored.
+DYNAMIC_IGNORED = frozenset({
+    "num.io.threads", "background.threads", "num.replica.fetchers",
+    "num.recovery.threads.per.data.dir", "log.cleaner.io.buffer.size",
+    "log.cleaner.io.buffer.load.factor", "log.cleaner.io.max.bytes.per.second",
+    "metric.reporters", "log.message.downconversion.enable",
+    "sasl.kerberos.service.name", "sasl.kerberos.kinit.cmd",
+    "sasl.kerberos.ticket.renew.window.factor", "sasl.kerberos.ticket.renew.jitter",
+    "sasl.kerberos.min.time.before.relogin", "sasl.kerberos.principal.to.local.rules"})
+
+
+def dynamic_kind(key: str) -> str:
+    """How AlterConfigs treats broker setting ``key``: ``"dynamic"`` (applied at once),
+    ``"ignored"`` (a Kafka setting pylog does not use, taken), ``"static"`` (needs a
+    restart) or ``"unknown"``."""
+    if key in DYNAMIC_SETTINGS:
+        return "dynamic"
+    if key in DYNAMIC_IGNORED:
+        return "ignored"
+    if key in _SETTINGS or key in _UNUSED or _listener_setting(key) != key:
+        return "static"
+    return "unknown"
+
+
+def unknown_setting(key: str) -> str:
+    """The message for a key that is no broker setting, with the one it resembles."""
+    return "unknown broker setting" + _did_you_mean(key)
 
 
 # Settings a listener may override as ``listener.name.<lower-case name>.<setting>``.
@@ -399,7 +454,7 @@ class BrokerConfig:
                 ignored.append((key, _unused(key, text)))
                 continue
             if setting not in _SETTINGS:
-                raise ConfigError(key, "unknown broker setting" + _did_you_mean(key))
+                raise ConfigError(key, unknown_setting(key))
             values[key] = _SETTINGS[setting][0](key, text)
         config = cls(values, frozenset(raw) - {key for key, _ in ignored}, tuple(ignored))
         config._check()
@@ -407,6 +462,27 @@ class BrokerConfig:
 
     def __getitem__(self, key: str):
         return self.values[key]
+
+    def with_dynamic(self, dynamic: Mapping[str, str]) -> "BrokerConfig":
+        """This configuration with dynamic settings (``key: text``, from AlterConfigs)
+        over it, checked as a whole. ``explicit`` stays the file's keys.
+
+        Raises ConfigError naming the key for a key that cannot change at run time or a
+        bad value.
+        """
+        values = dict(self.values)
+        for key, text in dynamic.items():
+            kind = dynamic_kind(key)
+            if kind == "ignored":
+                _unused(key, text)
+            elif kind == "dynamic":
+                values[key] = _SETTINGS[key][0](key, text)
+            else:
+                raise ConfigError(key, "cannot change while the broker runs"
+                                  if kind == "static" else unknown_setting(key))
+        config = BrokerConfig(values, self.explicit, self.ignored)
+        config._check()
+        return config
 
     def _check(self) -> None:
         for key in ("num.partitions", "num.network.threads", "message.max.bytes",

@@ -9,7 +9,10 @@ sources in Kafka's order: the override first, then the broker keys, finest unit 
     retention.ms=3600000 synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=3600000,
                                    DEFAULT_CONFIG:log.retention.hours=168}
 
-A broker's settings are all read-only: pylog reads ``server.properties`` at start only.
+A broker setting's value is this broker's dynamic config (DYNAMIC_BROKER_CONFIG), else the
+cluster-wide dynamic default (DYNAMIC_DEFAULT_BROKER_CONFIG), else ``server.properties``;
+only the settings that may change at run time are not read-only. A topic config's broker
+synonyms list the same sources, in that order.
 Entries are plain dicts in the shape of the DescribeConfigs response's ``configs``.
 """
 
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 from typing import Collection, Mapping
 
-from pylog.broker.config import BrokerConfig, BrokerSetting, broker_settings
+from pylog.broker.config import BrokerConfig, BrokerSetting, broker_settings, dynamic_kind
 from pylog.log import LogConfig
 from pylog.log.topic_configs import TOPIC_CONFIGS, TopicConfigKey
 from pylog.protocol.configs import ConfigSource, ConfigType
@@ -25,6 +28,11 @@ from pylog.protocol.configs import ConfigSource, ConfigType
 # Words that mark a setting holding a secret; its value is never described. (pylog has no
 # such setting yet; SASL and TLS settings will.)
 _SENSITIVE_WORDS = ("password", "secret", "jaas")
+
+
+# A broker's dynamic configs: (its own, the cluster-wide default).
+DynamicLayers = tuple[Mapping[str, str], Mapping[str, str]]
+NO_DYNAMIC: DynamicLayers = ({}, {})
 
 
 def is_sensitive(name: str) -> bool:
@@ -66,12 +74,15 @@ def _wanted(names, keys: Collection[str] | None):
 
 def topic_entries(overrides: Mapping[str, str], defaults: LogConfig, broker: BrokerConfig,
                   keys: Collection[str] | None = None, *, include_synonyms: bool = False,
-                  include_documentation: bool = False) -> list[dict]:
+                  include_documentation: bool = False,
+                  dynamic: DynamicLayers = NO_DYNAMIC) -> list[dict]:
     """Entries for every topic config (only ``keys`` when given), sorted by name.
 
-    ``defaults`` is the broker's default LogConfig; ``overrides`` the topic's own configs.
-    An override pylog does not know (written by another tool) is listed as it is, so it
-    can be seen and deleted.
+    ``defaults`` is the broker's default LogConfig (dynamic configs applied);
+    ``overrides`` the topic's own configs; ``broker`` the broker's static settings and
+    ``dynamic`` its dynamic ones (this broker's, the cluster default). An override pylog
+    does not know (written by another tool) is listed as it is, so it can be seen and
+    deleted.
     """
     entries = []
     for name in _wanted(sorted(set(TOPIC_CONFIGS) | set(overrides)), keys):
@@ -79,7 +90,7 @@ def topic_entries(overrides: Mapping[str, str], defaults: LogConfig, broker: Bro
         synonyms = []
         if name in overrides:
             synonyms.append(_synonym(name, overrides[name], ConfigSource.DYNAMIC_TOPIC_CONFIG))
-        synonyms += _broker_synonyms(key, broker)
+        synonyms += _broker_synonyms(key, broker, dynamic)
         if name in overrides:
             value = overrides[name]
         else:
@@ -92,9 +103,11 @@ def topic_entries(overrides: Mapping[str, str], defaults: LogConfig, broker: Bro
     return entries
 
 
-def _broker_synonyms(key: TopicConfigKey, broker: BrokerConfig) -> list[dict]:
+def _broker_synonyms(key: TopicConfigKey, broker: BrokerConfig,
+                     dynamic: DynamicLayers) -> list[dict]:
     synonyms = []
     for broker_key in key.broker_synonyms:
+        synonyms += _dynamic_synonyms(broker_key, dynamic)
         value = broker[broker_key]
         if broker_key in broker.explicit:
             synonyms.append(_synonym(broker_key, setting_text(value),
@@ -105,21 +118,56 @@ def _broker_synonyms(key: TopicConfigKey, broker: BrokerConfig) -> list[dict]:
     return synonyms
 
 
+def _dynamic_synonyms(name: str, dynamic: DynamicLayers) -> list[dict]:
+    local, default = dynamic
+    return [_synonym(name, layer[name], source) for layer, source in (
+        (local, ConfigSource.DYNAMIC_BROKER_CONFIG),
+        (default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)) if name in layer]
+
+
 def broker_entries(broker: BrokerConfig, keys: Collection[str] | None = None, *,
-                   include_synonyms: bool = False,
-                   include_documentation: bool = False) -> list[dict]:
-    """Entries for every ``server.properties`` setting (only ``keys`` when given), all
-    read-only, sorted by name."""
+                   include_synonyms: bool = False, include_documentation: bool = False,
+                   dynamic: DynamicLayers = NO_DYNAMIC) -> list[dict]:
+    """Entries for every broker setting (only ``keys`` when given), sorted by name.
+
+    ``broker`` holds the static settings (``server.properties``), ``dynamic`` this
+    broker's dynamic configs and the cluster default's: a dynamic value comes first, and
+    the settings that may change at run time are not read-only. A Kafka setting pylog
+    ignores is listed when a dynamic config sets it."""
+    settings: dict[str, BrokerSetting] = {s.name: s for s in broker_settings()}
+    ignored = {name for layer in dynamic for name in layer if name not in settings}
+    entries = []
+    for name in _wanted(sorted(set(settings) | ignored), keys):
+        setting = settings.get(name) or BrokerSetting(name, "string", None,
+                                                      "a Kafka setting pylog does not use")
+        synonyms = _dynamic_synonyms(name, dynamic)
+        static = setting_text(broker[name]) if name in settings else None
+        if name in settings and (static is not None or name in broker.explicit or not synonyms):
+            synonyms.append(_synonym(name, static, ConfigSource.STATIC_BROKER_CONFIG
+                                     if name in broker.explicit else ConfigSource.DEFAULT_CONFIG))
+        source = ConfigSource(synonyms[0]["source"])
+        entries.append(_entry(name, synonyms[0]["value"], source,
+                              read_only=dynamic_kind(name) not in ("dynamic", "ignored"),
+                              config_type=setting.type, documentation=setting.description,
+                              synonyms=synonyms, include_synonyms=include_synonyms,
+                              include_documentation=include_documentation))
+    return entries
+
+
+def default_broker_entries(default: Mapping[str, str], keys: Collection[str] | None = None,
+                           *, include_synonyms: bool = False,
+                           include_documentation: bool = False) -> list[dict]:
+    """Entries of the cluster-wide dynamic default (broker resource ``""``): only the
+    configs set there, as Kafka describes it."""
     settings: dict[str, BrokerSetting] = {s.name: s for s in broker_settings()}
     entries = []
-    for name in _wanted(settings, keys):
-        setting = settings[name]
-        value = setting_text(broker[name])
-        source = (ConfigSource.STATIC_BROKER_CONFIG if name in broker.explicit
-                  else ConfigSource.DEFAULT_CONFIG)
-        entries.append(_entry(name, value, source, read_only=True, config_type=setting.type,
-                              documentation=setting.description,
-                              synonyms=[_synonym(name, value, source)],
+    for name in _wanted(sorted(default), keys):
+        setting = settings.get(name)
+        source = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+        entries.append(_entry(name, default[name], source, read_only=False,
+                              config_type=setting.type if setting else "string",
+                              documentation=setting.description if setting else "",
+                              synonyms=[_synonym(name, default[name], source)],
                               include_synonyms=include_synonyms,
                               include_documentation=include_documentation))
     return entries

@@ -9,10 +9,13 @@ INVALID_CONFIG naming it. ``validate_only`` checks and writes nothing. Once writ
 metadata listener (``PartitionLogs.on_metadata_change``) gives the running logs the new
 config, on every broker.
 
-Brokers: ``server.properties`` is read at start, so a broker's settings are described but
-read-only. Changing one answers INVALID_REQUEST (INVALID_CONFIG for a key pylog does not
-have), naming the key. A broker resource is named by its id; the empty name is the
-cluster-wide dynamic default, which pylog does not have (no entries).
+Brokers: a broker resource is named by its id, or ``""`` for the cluster-wide dynamic
+default. Its settings come from ``server.properties`` unless a dynamic config (set by
+AlterConfigs, kept by :class:`~pylog.broker.dynamic_config.DynamicBrokerConfig`) changes
+them while the broker runs: the topics' defaults, the connection limits, the cleaner's
+threads. Another broker's id answers INVALID_REQUEST (the client sends it to that broker),
+as does a setting that needs a restart; an unknown setting or a bad value INVALID_CONFIG,
+naming the key.
 
 Each resource is answered on its own: one bad resource costs only itself.
 """
@@ -22,8 +25,11 @@ from __future__ import annotations
 import logging
 from typing import Callable, Iterable
 
-from pylog.broker.config import BrokerConfig, broker_settings
-from pylog.broker.config_entries import broker_entries, topic_entries
+from pylog.broker.config import broker_settings, dynamic_kind
+from pylog.broker.config_entries import (
+    DynamicLayers, broker_entries, default_broker_entries, setting_text, topic_entries)
+from pylog.broker.dynamic_config import DynamicBrokerConfig
+from pylog.broker.dynamic_store import DEFAULT_ENTITY
 from pylog.cluster.metadata import ClusterMetadata
 from pylog.errors import (
     ConfigError, InvalidConfigError, InvalidRequestError, KafkaError,
@@ -35,22 +41,29 @@ from pylog.protocol.configs import AlterConfigOp, ConfigResourceType
 log = logging.getLogger(__name__)
 
 Overrides = dict[str, str]
+_BROKER_TYPES = {setting.name: setting.type for setting in broker_settings()}
+_LIST_EXAMPLE = {False: "cleanup.policy", True: "log.cleanup.policy"}
 
 
 class ConfigHandlers:
     """The config APIs of one broker.
 
     Parameters:
-        config: this broker's settings (described, never changed).
+        dynamic: this broker's settings, static and dynamic.
         metadata: where topic overrides are kept.
-        default_log_config: the LogConfig every topic starts from (the broker's defaults).
     """
 
-    def __init__(self, config: BrokerConfig, metadata: ClusterMetadata,
-                 default_log_config: LogConfig) -> None:
-        self.config = config
+    def __init__(self, dynamic: DynamicBrokerConfig, metadata: ClusterMetadata) -> None:
+        self.dynamic = dynamic
         self.metadata = metadata
-        self.default_log_config = default_log_config
+
+    @property
+    def default_log_config(self) -> LogConfig:
+        """The LogConfig every topic starts from (the broker's defaults, as now)."""
+        return self.dynamic.log_config
+
+    def _layers(self) -> DynamicLayers:
+        return self.dynamic.layers[str(self.dynamic.entity)], self.dynamic.layers[DEFAULT_ENTITY]
 
     # -- DescribeConfigs --------------------------------------------------------------------
 
@@ -72,14 +85,16 @@ class ConfigHandlers:
         kind, name = resource["resource_type"], resource["resource_name"]
         keys = resource["configuration_keys"]
         if kind == ConfigResourceType.TOPIC:
-            return topic_entries(self._overrides(name), self.default_log_config, self.config,
-                                 keys, include_synonyms=synonyms,
-                                 include_documentation=documentation)
+            return topic_entries(self._overrides(name), self.default_log_config,
+                                 self.dynamic.static, keys, include_synonyms=synonyms,
+                                 include_documentation=documentation, dynamic=self._layers())
         if kind == ConfigResourceType.BROKER:
             if self._broker_resource(name) is None:
-                return []  # the cluster-wide dynamic default: pylog has none
-            return broker_entries(self.config, keys, include_synonyms=synonyms,
-                                  include_documentation=documentation)
+                return default_broker_entries(self.dynamic.layers[DEFAULT_ENTITY], keys,
+                                              include_synonyms=synonyms,
+                                              include_documentation=documentation)
+            return broker_entries(self.dynamic.static, keys, include_synonyms=synonyms,
+                                  include_documentation=documentation, dynamic=self._layers())
         raise _unsupported_type(kind)
 
     # -- AlterConfigs / IncrementalAlterConfigs ---------------------------------------------
@@ -99,7 +114,8 @@ class ConfigHandlers:
         def change(resource: dict) -> Callable[[Overrides], Overrides]:
             operations = resource["configs"]
             _check_unique(c["name"] for c in operations)
-            return lambda current: self._apply_operations(current, operations)
+            broker = resource["resource_type"] == ConfigResourceType.BROKER
+            return lambda current: self._apply_operations(current, operations, broker)
         return self._alter(body, change)
 
     def _alter(self, body: dict, change: Callable[[dict], Callable[[Overrides], Overrides]]
@@ -120,7 +136,9 @@ class ConfigHandlers:
                    validate_only: bool) -> None:
         kind, name = resource["resource_type"], resource["resource_name"]
         if kind == ConfigResourceType.BROKER:
-            self._refuse_broker_change(name, [c["name"] for c in resource["configs"]])
+            broker_id = self._broker_resource(name)
+            self.dynamic.alter("" if broker_id is None else str(broker_id), change,
+                               validate_only)
             return
         if kind != ConfigResourceType.TOPIC:
             raise _unsupported_type(kind)
@@ -136,7 +154,9 @@ class ConfigHandlers:
         configs = self.metadata.alter_topic_configs(name, checked)
         log.info("topic %s: config overrides are now %s", name, configs)
 
-    def _apply_operations(self, current: Overrides, operations: list[dict]) -> Overrides:
+    def _apply_operations(self, current: Overrides, operations: list[dict],
+                          broker: bool = False) -> Overrides:
+        """The configs of a topic (``broker``: of a broker resource) after the operations."""
         configs = dict(current)
         for operation in operations:
             name, value, kind = operation["name"], operation["value"], operation["config_operation"]
@@ -145,17 +165,18 @@ class ConfigHandlers:
                     raise InvalidRequestError(f"{name}: SET needs a value")
                 configs[name] = value
             elif kind == AlterConfigOp.DELETE:
-                if name not in TOPIC_CONFIGS and name not in configs:
-                    raise InvalidConfigError(f"{name}: not a topic config")
+                known = dynamic_kind(name) != "unknown" if broker else name in TOPIC_CONFIGS
+                if not known and name not in configs:
+                    raise InvalidConfigError(f"{name}: not a {'broker' if broker else 'topic'}"
+                                             f" config")
                 configs.pop(name, None)
             elif kind in (AlterConfigOp.APPEND, AlterConfigOp.SUBTRACT):
-                key = TOPIC_CONFIGS.get(name)
-                if key is None or not key.is_list:
+                if not self._is_list(name, broker):
                     raise InvalidConfigError(f"{name}: APPEND and SUBTRACT only apply to "
-                                             f"list configs (cleanup.policy)")
+                                             f"list configs ({_LIST_EXAMPLE[broker]})")
                 if value is None:
                     raise InvalidRequestError(f"{name}: {AlterConfigOp(kind).name} needs a value")
-                items = _items(configs.get(name, self.default_log_config.kafka_value(name)))
+                items = _items(configs[name] if name in configs else self._current(name, broker))
                 given = _items(value)
                 if kind == AlterConfigOp.APPEND:
                     items += [item for item in given if item not in items]
@@ -165,6 +186,18 @@ class ConfigHandlers:
             else:
                 raise InvalidRequestError(f"{name}: unknown config operation {kind}")
         return configs
+
+    @staticmethod
+    def _is_list(name: str, broker: bool) -> bool:
+        if not broker:
+            return name in TOPIC_CONFIGS and TOPIC_CONFIGS[name].is_list
+        return dynamic_kind(name) == "dynamic" and _BROKER_TYPES.get(name) == "list"
+
+    def _current(self, name: str, broker: bool) -> str:
+        """The value a list config has now, that APPEND and SUBTRACT start from."""
+        if broker:
+            return setting_text(self.dynamic.current[name]) or ""
+        return self.default_log_config.kafka_value(name)
 
     def _check(self, overrides: Overrides) -> None:
         """InvalidConfigError naming the first key that is unknown or has a bad value."""
@@ -191,23 +224,11 @@ class ConfigHandlers:
         """
         if name == "":
             return None
-        local = self.config["broker.id"]
+        local = self.dynamic.static["broker.id"]
         if name.strip() != str(local):
             raise InvalidRequestError(f"broker {name!r} is not this broker ({local}); "
                                       f"send the request to broker {name}")
         return local
-
-    def _refuse_broker_change(self, name: str, keys: list[str]) -> None:
-        self._broker_resource(name)
-        if not keys:
-            return
-        known = {setting.name for setting in broker_settings()}
-        unknown = [key for key in keys if key not in known]
-        if unknown:
-            raise InvalidConfigError(f"{', '.join(unknown)}: not a pylog broker setting")
-        raise InvalidRequestError(
-            f"{', '.join(keys)}: broker settings are read-only while the broker runs; "
-            f"set them in server.properties and restart the broker")
 
 
 def _check_unique(names: Iterable[str]) -> None:

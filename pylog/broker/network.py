@@ -725,6 +725,15 @@ class ConnectionQuotas:
         self._total = 0
         self._by_ip: collections.Counter = collections.Counter()
 
+    def reconfigure(self, max_connections: int, per_ip: int,
+                    overrides: dict[str, int] | None = None) -> None:
+        """New limits, from the next connection on (open ones stay, as in Kafka)."""
+        with self._cond:
+            self.max_connections = max_connections
+            self.per_ip = per_ip
+            self.overrides = overrides or {}
+            self._cond.notify_all()
+
     def wait_for_room(self, stopping: Callable[[], bool]) -> None:
         """Block while the broker-wide limit is reached (or until ``stopping()``)."""
         with self._cond:

@@ -198,6 +198,14 @@ class PartitionLogs:
             if not self.clustered:
                 self._create_led_logs(topics)
 
+    def set_default_config(self, config: LogConfig) -> None:
+        """New broker defaults (a dynamic broker config changed): every open log takes
+        them, under its topic's overrides."""
+        with self._change_lock:
+            self.default_config = config
+            self._applied_configs.clear()
+            self._apply_configs(self.metadata.topics())
+
     def _create_led_logs(self, topics: Mapping) -> None:
         """Open a log for every partition this broker leads that has none yet."""
         me = self.metadata.local_broker_id

@@ -24,6 +24,8 @@ from pylog.broker.authorization import RequestAuthorization
 from pylog.broker.budget import RequestBudget
 from pylog.broker.config import BrokerConfig, Listener
 from pylog.broker.dispatch import Dispatcher
+from pylog.broker.dynamic_config import DynamicBrokerConfig
+from pylog.broker.dynamic_store import open_broker_config_store
 from pylog.broker.groups import GroupHandlers
 from pylog.broker.meta import ensure_meta
 from pylog.broker.network import Acceptor, ConnectionQuotas, ListenerSpec, Processor
@@ -93,6 +95,7 @@ class Broker:
         self.clock = clock
         self.wall_ms = wall_ms
         self.metadata: ClusterMetadata | None = None
+        self.dynamic: DynamicBrokerConfig | None = None  # settings with dynamic configs
         self.manager: LogManager | None = None
         self.replicas: ReplicaManager | None = None
         self.coordinator: GroupCoordinator | None = None
@@ -182,13 +185,20 @@ class Broker:
     def _start_services(self) -> None:
         config = self.config
         endpoint = self._endpoint()
-        self.manager = LogManager(config.log_dirs, config.log_config,
-                                  cleaner_config=config.cleaner_config,
+        # Dynamic broker configs (AlterConfigs) over server.properties, from the start.
+        dynamic = self.dynamic = DynamicBrokerConfig(config, open_broker_config_store(
+            config.log_dirs, config["broker.id"], config["zookeeper.connect"],
+            session_timeout_ms=config["zookeeper.session.timeout.ms"],
+            connection_timeout_ms=config["zookeeper.connection.timeout.ms"]),
+            config["broker.id"])
+        initial = dynamic.current
+        self.manager = LogManager(config.log_dirs, initial.log_config,
+                                  cleaner_config=initial.cleaner_config,
                                   producer_id_expiration_ms=config["producer.id.expiration.ms"])
         self.manager.load()
-        self.metadata = build_cluster_metadata(config, endpoint)
+        self.metadata = build_cluster_metadata(initial, endpoint)
         waiters = AppendWaiters()
-        logs = PartitionLogs(self.manager, self.metadata, config.log_config, waiters,
+        logs = PartitionLogs(self.manager, self.metadata, initial.log_config, waiters,
                              clustered=bool(config["zookeeper.connect"]))
         self.metadata.add_listener(logs.on_metadata_change)
         # Retention and the cleaner start only now that the loaded logs have their topics'
@@ -219,7 +229,7 @@ class Broker:
             config["sasl.enabled.mechanisms"].split(","),
             reauth_ms=config["connections.max.reauth.ms"], clock=self.clock)
         group_handlers = GroupHandlers(self.coordinator, self.clock, self.transactions)
-        dispatcher = Dispatcher(AdminHandlers(config, self.metadata, logs), logs, self.clock,
+        dispatcher = Dispatcher(AdminHandlers(dynamic, self.metadata, logs), logs, self.clock,
                                 group_handlers, sasl=self.sasl)
         dispatcher.fetch_max_bytes = config["fetch.max.bytes"]
         dispatcher.serve(ApiKey.TXN_OFFSET_COMMIT, (0, 4), group_handlers.txn_offset_commit)
@@ -241,16 +251,39 @@ class Broker:
             for i in range(config["num.network.threads"])]
         for processor in self._processors:
             processor.start()
-        quotas = ConnectionQuotas(config["max.connections"], config["max.connections.per.ip"],
-                                  config.connection_overrides)
+        quotas = ConnectionQuotas(initial["max.connections"], initial["max.connections.per.ip"],
+                                  initial.connection_overrides)
         self._acceptors = [Acceptor(server, self._processors, config["socket.send.buffer.bytes"],
                                     config["socket.receive.buffer.bytes"], spec, quotas)
                            for spec, server in self._servers]
+        dynamic.add_reconfigurable(self._reconfigure(logs, quotas), since=initial)
         for acceptor in self._acceptors:
             acceptor.start()
         log.info("broker %d serving on %s (cluster %s)", endpoint.broker_id,
                  ", ".join(str(listener) for listener in endpoint.listeners),
                  self.metadata.cluster_id)
+
+    def _reconfigure(self, logs: PartitionLogs, quotas: ConnectionQuotas):
+        """What applies a change of the dynamic broker configs."""
+        manager, metadata = self.manager, self.metadata
+
+        def apply(old: BrokerConfig, new: BrokerConfig) -> None:
+            if new.log_config != old.log_config:
+                manager.default_config = new.log_config
+                logs.set_default_config(new.log_config)
+            if new.cleaner_config != old.cleaner_config:
+                manager.cleaner.reconfigure(new.cleaner_config)
+            if (new["max.connections"], new["max.connections.per.ip"],
+                    new.connection_overrides) != (old["max.connections"],
+                                                  old["max.connections.per.ip"],
+                                                  old.connection_overrides):
+                quotas.reconfigure(new["max.connections"], new["max.connections.per.ip"],
+                                   new.connection_overrides)
+            unclean = new["unclean.leader.election.enable"]
+            if unclean != old["unclean.leader.election.enable"] and \
+                    hasattr(metadata, "set_unclean_leader_election_default"):
+                metadata.set_unclean_leader_election_default(unclean)
+        return apply
 
     def stop(self) -> None:
         """Stop serving, then flush and close every log with a clean-shutdown marker.
@@ -363,6 +396,9 @@ class Broker:
         if self.metadata is not None:
             self.metadata.close()
             self.metadata = None
+        if self.dynamic is not None:
+            self.dynamic.close()
+            self.dynamic = None
         if self.manager is not None:
             self.manager.close()
             self.manager = None

@@ -5,6 +5,8 @@
     pylog configs --alter --entity-type topics --entity-name events \\
         --add-config retention.ms=3600000,cleanup.policy=[compact,delete]
     pylog configs --alter --entity-type topics --entity-name events --delete-config retention.ms
+    pylog configs --alter --entity-type brokers --entity-default --add-config log.retention.ms=3600000
+    pylog configs --alter --entity-type brokers --entity-name 0 --add-config max.connections.per.ip=100
 
 ``--describe`` prints the configs set on the entity itself (with ``--all``: every config),
 as kafka-configs.sh does::
@@ -14,8 +16,13 @@ as kafka-configs.sh does::
 
 ``--alter`` sets the ``--add-config`` values and returns the ``--delete-config`` keys to the
 broker's default, leaving other configs as they are (IncrementalAlterConfigs). A list value
-goes in brackets. A broker's settings are read-only while it runs: change
-``server.properties`` and restart it.
+goes in brackets.
+
+A broker's settings that may change while it runs (the topics' defaults such as
+``log.retention.ms``, the connection limits, the cleaner's threads) are altered for one
+broker (``--entity-name ID``) or for every broker at once (``--entity-default``); they take
+effect at once and survive restarts. The others are changed in ``server.properties``, with
+a restart.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import argparse
 from pylog.cli._security import add_command_config_argument, security_from_args
 from pylog.cli.topics import add_bootstrap_argument, check_request_timeout
 from pylog.errors import ConfigError
+from pylog.protocol.configs import ConfigSource
 
 ENTITY_TYPES = ("topics", "brokers")
 
@@ -38,6 +46,8 @@ def register(subparsers) -> None:
                         help="change configs (with --add-config and/or --delete-config)")
     parser.add_argument("--entity-type", metavar="topics|brokers", help="what to configure")
     parser.add_argument("--entity-name", metavar="NAME", help="topic name or broker id")
+    parser.add_argument("--entity-default", action="store_true",
+                        help="brokers: the cluster-wide default of every broker")
     parser.add_argument("--all", action="store_true",
                         help="describe: every config, not only those set on the entity")
     parser.add_argument("--add-config", metavar="K=V,K=[V1,V2]",
@@ -57,16 +67,17 @@ def run(args) -> int:
     add = parse_add_config(args.add_config) if args.add_config else {}
     delete = parse_delete_config(args.delete_config) if args.delete_config else []
     kind = args.entity_type[:-1]  # "topic" or "broker"
+    name = "" if args.entity_default else args.entity_name  # "": the cluster default
     with Admin(args.bootstrap_server, request_timeout_ms=args.request_timeout_ms,
                security=security_from_args(args)) as admin:
         if args.describe:
-            entries = admin.describe_configs(kind, args.entity_name)
-            for line in describe_lines(kind, args.entity_name, entries, show_all=args.all):
+            entries = admin.describe_configs(kind, name)
+            for line in describe_lines(kind, name, entries, show_all=args.all):
                 print(line)
         else:
-            admin.incremental_alter_configs(kind, args.entity_name, set_configs=add,
-                                            delete_configs=delete)
-            print(f"Completed updating config for {kind} {args.entity_name}.")
+            admin.incremental_alter_configs(kind, name, set_configs=add, delete_configs=delete)
+            print(f"Completed updating config for {kind} {name}." if name else
+                  "Completed updating default config for brokers in the cluster.")
     return 0
 
 
@@ -77,10 +88,17 @@ def check_arguments(args) -> None:
     if args.entity_type not in ENTITY_TYPES:
         raise ConfigError("--entity-type", f"expected topics or brokers, got "
                                            f"{args.entity_type!r}")
-    if not args.entity_name:
+    if args.entity_default:
+        if args.entity_type != "brokers":
+            raise ConfigError("--entity-default", "only valid with --entity-type brokers")
+        if args.entity_name:
+            raise ConfigError("--entity-default", "give --entity-name or --entity-default, "
+                                                  "not both")
+    elif not args.entity_name:
         raise ConfigError("--entity-name", f"required (the {args.entity_type[:-1]} to "
-                                           f"{'describe' if args.describe else 'alter'})")
-    if args.entity_type == "brokers" and not args.entity_name.isdigit():
+                                           f"{'describe' if args.describe else 'alter'}; "
+                                           f"brokers also take --entity-default)")
+    elif args.entity_type == "brokers" and not args.entity_name.isdigit():
         raise ConfigError("--entity-name", f"a broker is named by its id, got "
                                            f"{args.entity_name!r}")
     if args.describe:
@@ -129,9 +147,15 @@ def parse_delete_config(text: str) -> list[str]:
 
 
 def describe_lines(kind: str, name: str, entries, *, show_all: bool = False) -> list[str]:
-    """kafka-configs.sh's ``--describe`` output: a heading, then one line per config."""
-    shown = [entry for entry in entries if show_all or entry.is_dynamic]
-    label = f"{'All' if show_all else 'Dynamic'} configs for {kind} {name} are:"
+    """kafka-configs.sh's ``--describe`` output: a heading, then one line per config set on
+    the entity itself (with ``show_all``, every config). A broker ``name`` of ``""`` is the
+    cluster-wide default."""
+    own = {"topic": ConfigSource.DYNAMIC_TOPIC_CONFIG,
+           "broker": ConfigSource.DYNAMIC_BROKER_CONFIG if name
+           else ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG}[kind]
+    shown = [entry for entry in entries if show_all or entry.source == own]
+    label = (f"{'All' if show_all else 'Dynamic'} configs for {kind} {name} are:" if name
+             else "Default configs for brokers in the cluster are:")
     return [label] + [entry_line(entry) for entry in shown]
 
 

@@ -209,18 +209,21 @@ class Admin(AclAdmin):
                                   append_configs: Mapping[str, str] | None = None,
                                   subtract_configs: Mapping[str, str] | None = None,
                                   validate_only: bool = False) -> None:
-        """Change single configs of a topic, leaving the others as they are.
+        """Change single configs of a topic or a broker, leaving the others as they are.
 
         ``set_configs`` sets values, ``delete_configs`` returns keys to the broker's
         default, ``append_configs`` / ``subtract_configs`` add items to or remove them from
-        a list config (``cleanup.policy``).
+        a list config (``cleanup.policy``). A broker is named by its id, or ``""`` for the
+        cluster-wide default of every broker (dynamic broker configs).
 
         >>> admin.incremental_alter_configs("topic", "events",
         ...                                 set_configs={"retention.ms": "3600000"},
         ...                                 delete_configs=["segment.ms"])
+        >>> admin.incremental_alter_configs("broker", "", set_configs={"log.retention.ms": "3600000"})
 
         Raises InvalidConfigError naming a bad key or value (nothing changes then, nor with
-        ``validate_only``), InvalidRequestError for a key given twice or a broker setting.
+        ``validate_only``), InvalidRequestError for a key given twice or a broker setting
+        that needs a restart.
         """
         kind = _resource_type(resource_type)
         operations = [(AlterConfigOp.SET, k, v) for k, v in (set_configs or {}).items()]

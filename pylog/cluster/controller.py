@@ -47,7 +47,7 @@ class Controller:
                  unclean_default: bool = False) -> None:
         self._client = client
         self.broker_id = broker_id
-        self._unclean_default = unclean_default
+        self.unclean_default = unclean_default
         self._preferred_requests: set[tuple[str, int]] = set()
         self.auto_leader_rebalance = False
         self._states_stale = False
@@ -190,7 +190,7 @@ class Controller:
             configs = {}
         value = configs.get("unclean.leader.election.enable")
         if value is None:
-            return self._unclean_default
+            return self.unclean_default
         return str(value).strip().lower() == "true"
 
     def _elect_leader(self, key: tuple[str, int, int], replicas: tuple[int, ...],

@@ -358,6 +358,15 @@ class ZkClusterMetadata:
             except NodeExistsError:
                 pass
 
+    def set_unclean_leader_election_default(self, enabled: bool) -> None:
+        """``unclean.leader.election.enable`` for topics without their own, changed while
+        the broker runs (a dynamic broker config). When this broker is the controller and
+        it is turned on, partitions left without a leader are elected again at once."""
+        self._unclean_default = enabled
+        self._controller.unclean_default = enabled
+        if enabled:
+            self._worker.request("reconcile")
+
     def request_preferred_election(self, partitions) -> None:
         """Ask the controller (through ZooKeeper) to move these partitions' leadership to
         their preferred replicas where those are in sync."""

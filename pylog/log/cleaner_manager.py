@@ -100,6 +100,7 @@ class LogCleaner:
         self._write_locks: dict[Path, threading.Lock] = {}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._running = False  # started and not stopped (even with no threads)
 
     # -- checkpoints ------------------------------------------------------------------------
 
@@ -216,6 +217,7 @@ class LogCleaner:
 
     def start(self) -> None:
         """Start ``threads`` cleaner threads (none if disabled)."""
+        self._running = True
         if self._threads or not self.config.enabled:
             return
         self._stop.clear()
@@ -235,8 +237,22 @@ class LogCleaner:
             if done is None:
                 self._stop.wait(self.config.backoff_ms / 1000)
 
+    def reconfigure(self, config: CleanerConfig) -> None:
+        """Run with ``config`` from now on (``log.cleaner.threads`` and the others changed
+        while the broker runs): running threads stop, aborting their passes as ``stop``
+        does, and the new ones start, as Kafka restarts its cleaner."""
+        running = self._running
+        self.stop()
+        self.config = config
+        if running:
+            self.start()
+        log.info("log cleaner: %d threads, %d bytes of key maps, %d ms backoff",
+                 config.threads if config.enabled else 0, config.dedupe_buffer_size,
+                 config.backoff_ms)
+
     def stop(self) -> None:
         """Abort the passes under way (their cleaned files are discarded) and join the threads."""
+        self._running = False
         self._stop.set()
         with self._lock:
             for abort in self._in_progress.values():

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from pylog.broker.config import BrokerConfig, broker_settings
-from pylog.broker.config_entries import broker_entries, is_sensitive, topic_entries
+from pylog.broker.config import DYNAMIC_SETTINGS, BrokerConfig, broker_settings
+from pylog.broker.config_entries import (
+    broker_entries, default_broker_entries, is_sensitive, topic_entries)
 from pylog.cli.configs import parse_add_config, parse_delete_config
 from pylog.errors import ConfigError
 from pylog.log import LogConfig
@@ -73,11 +74,12 @@ def test_an_override_pylog_does_not_know_is_still_listed():
             entries["compression.type"]["config_source"]) == ("zstd", DYNAMIC)
 
 
-def test_broker_entries_are_read_only_with_their_source():
+def test_broker_entries_are_read_only_unless_dynamic_with_their_source():
     broker = broker_config(**{"num.partitions": "3"})
     entries = by_name(broker_entries(broker))
     assert set(entries) == {setting.name for setting in broker_settings()}
-    assert all(entry["read_only"] for entry in entries.values())
+    assert {name for name, entry in entries.items() if not entry["read_only"]} == \
+        DYNAMIC_SETTINGS
     assert (entries["num.partitions"]["value"],
             entries["num.partitions"]["config_source"]) == ("3", STATIC)
     assert entries["broker.rack"]["value"] is None  # no default, not set
@@ -114,3 +116,38 @@ def test_delete_config_parsing():
     assert parse_delete_config("a, b") == ["a", "b"]
     with pytest.raises(ConfigError, match="--delete-config"):
         parse_delete_config("a,,b")
+
+
+def test_dynamic_configs_come_first_in_value_and_synonyms():
+    broker = broker_config(**{"log.retention.ms": "5000"})
+    local, default = {"log.retention.ms": "3000"}, {"log.retention.ms": "4000",
+                                                    "num.io.threads": "9"}
+    entries = by_name(broker_entries(broker, include_synonyms=True, dynamic=(local, default)))
+    retention = entries["log.retention.ms"]
+    assert (retention["value"], retention["config_source"], retention["read_only"]) == \
+        ("3000", ConfigSource.DYNAMIC_BROKER_CONFIG, False)
+    assert [(s["source"], s["value"]) for s in retention["synonyms"]] == [
+        (ConfigSource.DYNAMIC_BROKER_CONFIG, "3000"),
+        (ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, "4000"), (STATIC, "5000")]
+    # a Kafka setting pylog ignores is listed once a dynamic config sets it
+    assert entries["num.io.threads"]["config_source"] == \
+        ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+    [topic] = topic_entries({}, broker.with_dynamic({**default, **local}).log_config, broker,
+                            ["retention.ms"], include_synonyms=True, dynamic=(local, default))
+    assert (topic["value"], topic["config_source"]) == \
+        ("3000", ConfigSource.DYNAMIC_BROKER_CONFIG)
+    assert [s["name"] for s in topic["synonyms"]][:3] == ["log.retention.ms"] * 3
+    assert [e["name"] for e in default_broker_entries(default)] == [
+        "log.retention.ms", "num.io.threads"]
+
+
+@pytest.mark.parametrize("key, value, needle", [
+    ("log.dirs", "/elsewhere", "cannot change while the broker runs"),
+    ("log.retention.msec", "1", "did you mean log.retention.ms"),
+    ("log.segment.bytes", "big", "log.segment.bytes"),
+    ("log.cleanup.policy", "shred", "shred"),
+])
+def test_with_dynamic_refuses_what_cannot_change_naming_the_key(key, value, needle):
+    with pytest.raises(ConfigError) as caught:
+        broker_config().with_dynamic({key: value})
+    assert caught.value.key == key and needle in str(caught.value)

@@ -8,6 +8,8 @@ import pytest
 
 from pylog.broker.config import BrokerConfig
 from pylog.broker.configs import ConfigHandlers
+from pylog.broker.dynamic_config import DynamicBrokerConfig
+from pylog.broker.dynamic_store import FileBrokerConfigStore
 from pylog.cluster.standalone import StandaloneMetadata
 from pylog.errors import InvalidConfigError, InvalidRequestError, UnknownTopicOrPartitionError
 from pylog.protocol.configs import AlterConfigOp, ConfigResourceType
@@ -23,7 +25,7 @@ def handlers(tmp_path):
     config = BrokerConfig.load(None, {"log.dirs": str(tmp_path), "broker.id": "7"})
     metadata = StandaloneMetadata(tmp_path, BrokerEndpoint(7, "127.0.0.1", 9092), "cluster")
     metadata.create_topic("t", 1, configs={"retention.ms": "1000"})
-    yield ConfigHandlers(config, metadata, config.log_config)
+    yield ConfigHandlers(DynamicBrokerConfig(config, FileBrokerConfigStore(tmp_path), 7), metadata)
     metadata.close()
 
 
@@ -107,3 +109,40 @@ def test_this_broker_and_the_cluster_default(handlers):
     assert [(c["name"], c["value"]) for c in mine["configs"]] == [("broker.id", "7")]
     assert default["error_code"] == 0 and default["configs"] == []
     assert incremental(handlers, kind=BROKER, name="7")["error_code"] == 0  # nothing to do
+
+
+def broker_configs(handlers, name: str = "7") -> dict:
+    return handlers.dynamic.configs(name)
+
+
+def test_broker_operations_write_the_dynamic_configs(handlers):
+    assert incremental(handlers, ("log.retention.ms", SET, "5000"),
+                       ("log.cleanup.policy", APPEND, "compact"), kind=BROKER,
+                       name="7")["error_code"] == 0
+    assert broker_configs(handlers) == {"log.retention.ms": "5000",
+                                        "log.cleanup.policy": "delete,compact"}
+    assert handlers.dynamic.current["log.retention.ms"] == 5000
+    assert handlers.default_log_config.compact  # the topics' default follows
+    assert incremental(handlers, ("log.cleanup.policy", SUBTRACT, "delete"),
+                       ("log.retention.ms", DELETE, None), kind=BROKER,
+                       name="7")["error_code"] == 0
+    assert broker_configs(handlers) == {"log.cleanup.policy": "compact"}
+    assert incremental(handlers, ("num.io.threads", SET, "4"), kind=BROKER,
+                       name="")["error_code"] == 0  # the cluster default; ignored by pylog
+    assert broker_configs(handlers, "") == {"num.io.threads": "4"}
+
+
+@pytest.mark.parametrize("operations, error, needle", [
+    ((("num.partitions", SET, "3"),), InvalidRequestError, "restart"),
+    ((("no.such.setting", DELETE, None),), InvalidConfigError, "no.such.setting"),
+    ((("log.retention.ms", APPEND, "1"),), InvalidConfigError, "log.cleanup.policy"),
+    ((("log.segment.bytes", SET, "12"),), InvalidConfigError, "log.segment.bytes"),
+])
+def test_broker_refusals_name_the_key_and_change_nothing(handlers, operations, error, needle):
+    for name in ("7", ""):
+        response = incremental(handlers, *operations, kind=BROKER, name=name)
+        assert response["error_code"] == error.errno and needle in response["error_message"]
+        assert broker_configs(handlers, name) == {}
+    assert incremental(handlers, ("log.retention.ms", SET, "1"), kind=BROKER, name="7",
+                       validate_only=True)["error_code"] == 0
+    assert broker_configs(handlers) == {}

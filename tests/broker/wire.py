@@ -11,9 +11,11 @@ from pylog.records import build_batch
 
 
 class WireClient:
-    def __init__(self, bootstrap: str, timeout: float = 30.0) -> None:
+    def __init__(self, bootstrap: str, timeout: float = 30.0, source: str | None = None) -> None:
+        """``source``: the local address to connect from (``127.0.0.2``...)."""
         host, port = bootstrap.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout,
+                                             source_address=(source, 0) if source else None)
         self.correlation_id = 0
 
     def send(self, api_key: int, version: int, body: dict) -> int:

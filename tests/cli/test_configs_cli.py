@@ -61,7 +61,7 @@ def test_describe_all_of_a_broker(broker):
     (("--alter", "--entity-type", "topics", "--entity-name", "cli-mistakes",
       "--add-config", "retention.mss=1"), ("INVALID_CONFIG", "retention.mss")),
     (("--alter", "--entity-type", "brokers", "--entity-name", "0",
-      "--add-config", "log.retention.hours=1"), ("INVALID_REQUEST", "log.retention.hours")),
+      "--add-config", "num.partitions=3"), ("INVALID_REQUEST", "num.partitions")),
     (("--alter", "--entity-type", "topics", "--entity-name", "cli-mistakes"), ("--alter",)),
     (("--describe", "--entity-type", "topic", "--entity-name", "t"), ("--entity-type",)),
     (("--alter", "--entity-type", "topics", "--entity-name", "cli-mistakes",

@@ -222,3 +222,52 @@ def test_a_replica_assignment_places_partitions_where_it_says(cluster):
         wrong_factor.result(30)
     assert error.value.args[0].code() == KafkaError.INVALID_REPLICA_ASSIGNMENT
     assert set(admin.list_topics(timeout=10).topics) & set(refused) == set()
+
+
+def test_dynamic_broker_configs_reach_every_broker_and_a_brokers_own_wins(cluster):
+    """The cluster default written through one broker is watched by all; a broker's own
+    value (sent to that broker) overrides it there only; both apply to the running logs."""
+    from confluent_kafka import KafkaError, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from pylog.protocol.configs import ConfigSource
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap(1)})
+    admin.create_topics([NewTopic("limited", 3, -1, replica_assignment=[[1], [2], [3]])])[
+        "limited"].result(30)
+
+    def setting(broker_id: int) -> tuple[str, ConfigSource]:
+        with Admin(cluster.bootstrap(1)) as pylog_admin:
+            [entry] = pylog_admin.describe_configs("broker", str(broker_id),
+                                                   ["message.max.bytes"])
+        return entry.value, entry.source
+
+    default = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+    with Admin(cluster.bootstrap(3)) as pylog_admin:
+        pylog_admin.incremental_alter_configs("broker", "", set_configs={
+            "message.max.bytes": "2000"})
+        pylog_admin.incremental_alter_configs("broker", "2", set_configs={
+            "message.max.bytes": "3000"})
+    try:
+        for broker_id, expected in ((1, ("2000", default)), (3, ("2000", default)),
+                                    (2, ("3000", ConfigSource.DYNAMIC_BROKER_CONFIG))):
+            wait_until(lambda: setting(broker_id) == expected,
+                       message=f"message.max.bytes of broker {broker_id}")
+        producer = Producer({"bootstrap.servers": cluster.bootstrap(1), "linger.ms": 0})
+        outcomes = {}
+        for partition in (0, 1, 2):  # led by brokers 1, 2 and 3
+            producer.produce("limited", b"x" * 2500, partition=partition,
+                             on_delivery=lambda err, msg: outcomes.__setitem__(
+                                 msg.partition(), err and err.code()))
+        assert producer.flush(30) == 0
+        too_large = KafkaError.MSG_SIZE_TOO_LARGE
+        assert outcomes == {0: too_large, 1: None, 2: too_large}
+    finally:
+        with Admin(cluster.bootstrap(1)) as pylog_admin:
+            pylog_admin.incremental_alter_configs("broker", "", delete_configs=[
+                "message.max.bytes"])
+            pylog_admin.incremental_alter_configs("broker", "2", delete_configs=[
+                "message.max.bytes"])
+    for broker_id in (1, 2, 3):
+        wait_until(lambda: setting(broker_id)[1] == ConfigSource.DEFAULT_CONFIG,
+                   message=f"broker {broker_id} back on its file's setting")

@@ -1,0 +1,249 @@
+"""Where dynamic broker configs are kept: a broker's own (``entity`` its id) and the
+cluster-wide default (``entity`` :data:`DEFAULT_ENTITY`).
+
+In cluster mode they are Kafka's nodes, ``/config/brokers/<id>`` and
+``/config/brokers/<default>``::
+
+    {"version": 1, "config": {"log.retention.ms": "3600000"}}
+
+Each broker watches its own node and the default's, so a change written by any broker
+reaches all of them. A standalone broker keeps both in ``broker-configs.json`` in its first
+log dir. Either way a change is a read-modify-write that cannot lose a concurrent one
+(conditional on the node's version; under a lock for the file).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from pathlib import Path
+from typing import Callable, Protocol
+
+from pylog.errors import KafkaStorageError, RequestTimedOutError
+from pylog.log.checkpoint import write_text_atomically
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ENTITY = "<default>"
+BROKERS_PATH = "/config/brokers"
+CONFIG_FILE = "broker-configs.json"
+
+Configs = dict[str, str]
+Alter = Callable[[Configs], Configs]
+
+
+class BrokerConfigStore(Protocol):
+    def configs(self, entity: str) -> Configs:
+        """The dynamic configs of ``entity`` as last seen (``{}``: none)."""
+
+    def alter(self, entity: str, alter: Alter) -> Configs:
+        """Replace ``entity``'s configs with ``alter(current)``; returns what was written.
+        Whatever ``alter`` raises leaves them as they were."""
+
+    def watch(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` after the watched configs change (any thread)."""
+
+    def close(self) -> None: ...
+
+
+class FileBrokerConfigStore:
+    """The dynamic configs of a standalone broker, in ``<log dir>/broker-configs.json``::
+
+        {"version": 1, "brokers": {"<default>": {...}, "0": {...}}}
+    """
+
+    def __init__(self, log_dir: Path) -> None:
+        self.path = Path(log_dir) / CONFIG_FILE
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[], None]] = []
+        self._entities = self._read()
+
+    def _read(self) -> dict[str, Configs]:
+        try:
+            document = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            raise KafkaStorageError(f"cannot read {self.path}: {exc}") from None
+        brokers = document.get("brokers") if isinstance(document, dict) else None
+        if not isinstance(brokers, dict):
+            raise KafkaStorageError(f"{self.path}: not a version 1 broker configs file")
+        return {entity: {str(k): str(v) for k, v in configs.items()}
+                for entity, configs in brokers.items() if isinstance(configs, dict)}
+
+    def configs(self, entity: str) -> Configs:
+        with self._lock:
+            return dict(self._entities.get(entity, {}))
+
+    def alter(self, entity: str, alter: Alter) -> Configs:
+        with self._lock:
+            entities = {name: dict(configs) for name, configs in self._entities.items()}
+            configs = {str(k): str(v) for k, v in alter(entities.get(entity, {})).items()}
+            if configs:
+                entities[entity] = configs
+            else:
+                entities.pop(entity, None)
+            text = json.dumps({"version": 1, "brokers": entities}, indent=1, sort_keys=True)
+            try:
+                write_text_atomically(self.path, text + "\n")
+            except OSError as exc:
+                raise KafkaStorageError(f"cannot write {self.path}: "
+                                        f"{exc.strerror or exc}") from None
+            self._entities = entities
+        for callback in list(self._callbacks):
+            callback()
+        return configs
+
+    def watch(self, callback: Callable[[], None]) -> None:
+        self._callbacks.append(callback)
+
+    def close(self) -> None:
+        self._callbacks.clear()
+
+
+class ZkBrokerConfigStore:
+    """Dynamic configs under ``/config/brokers`` in ZooKeeper (Kafka's layout).
+
+    ``watched`` are the entities kept current by watches (a broker: its id and the
+    default); others are read from ZooKeeper on every call. The client belongs to the
+    caller unless ``owns_client``.
+    """
+
+    def __init__(self, client, watched: tuple[str, ...] = (), *,
+                 owns_client: bool = False) -> None:
+        from kazoo.recipe.watchers import DataWatch
+
+        self._client = client
+        self._owns_client = owns_client
+        self._lock = threading.Lock()
+        self._cache: dict[str, Configs] = {}
+        self._callbacks: list[Callable[[], None]] = []
+        self._closed = False
+        for entity in watched:
+            self._cache[entity] = self._get(entity)[0]
+            DataWatch(client, _path(entity), self._on_data(entity))
+
+    def _on_data(self, entity: str):
+        # Two parameters exactly: kazoo passes the event too to a callback that takes three.
+        def on_data(data, stat):
+            if self._closed:
+                return False
+            configs = _decode(data, entity) if data else {}
+            with self._lock:
+                changed = self._cache.get(entity) != configs
+                self._cache[entity] = configs
+            if changed:
+                for callback in list(self._callbacks):
+                    callback()
+            return None
+        return on_data
+
+    def _get(self, entity: str) -> tuple[Configs, int | None]:
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            with _zookeeper_errors():
+                data, stat = self._client.get(_path(entity))
+        except NoNodeError:
+            return {}, None
+        return (_decode(data, entity) if data else {}), stat.version
+
+    def configs(self, entity: str) -> Configs:
+        with self._lock:
+            cached = self._cache.get(entity)
+        return dict(cached) if cached is not None else self._get(entity)[0]
+
+    def alter(self, entity: str, alter: Alter) -> Configs:
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+        for _ in range(10):
+            current, version = self._get(entity)
+            configs = {str(k): str(v) for k, v in alter(dict(current)).items()}
+            encoded = json.dumps({"version": 1, "config": configs}).encode()
+            try:
+                with _zookeeper_errors():
+                    if version is None:
+                        self._client.create(_path(entity), encoded, makepath=True)
+                    else:
+                        self._client.set(_path(entity), encoded, version=version)
+            except (BadVersionError, NodeExistsError, NoNodeError):
+                continue  # written meanwhile: read again
+            if entity in self._cache:
+                # Applied at once here; the watch confirms it and tells the others.
+                with self._lock:
+                    changed = self._cache[entity] != configs
+                    self._cache[entity] = configs
+                if changed:
+                    for callback in list(self._callbacks):
+                        callback()
+            return configs
+        raise RequestTimedOutError(f"the configs of broker {entity} kept changing meanwhile; "
+                                   "try again")
+
+    def watch(self, callback: Callable[[], None]) -> None:
+        self._callbacks.append(callback)
+
+    def close(self) -> None:
+        self._closed = True
+        self._callbacks.clear()
+        if self._owns_client:
+            from pylog.cluster.session import close_client
+
+            close_client(self._client)
+
+
+def open_broker_config_store(log_dirs: list[Path], broker_id: int,
+                             zookeeper_connect: str | None, *, session_timeout_ms: int = 18000,
+                             connection_timeout_ms: int = 18000) -> BrokerConfigStore:
+    """The store a broker reads its dynamic configs from: ZooKeeper when
+    ``zookeeper.connect`` is set (its own watched session), else the file in the first
+    log dir."""
+    if zookeeper_connect:
+        from pylog.cluster.session import close_client, connect_client
+
+        client = connect_client(zookeeper_connect, session_timeout_ms / 1000,
+                                connection_timeout_ms / 1000)
+        try:
+            return ZkBrokerConfigStore(client, (str(broker_id), DEFAULT_ENTITY),
+                                       owns_client=True)
+        except BaseException:
+            close_client(client)
+            raise
+    return FileBrokerConfigStore(log_dirs[0])
+
+
+def _path(entity: str) -> str:
+    return f"{BROKERS_PATH}/{entity}"
+
+
+def _decode(data: bytes, entity: str) -> Configs:
+    try:
+        document = json.loads(data.decode("utf-8"))
+        config = document.get("config") if isinstance(document, dict) else None
+        if not isinstance(config, dict):
+            raise ValueError("no config object")
+    except (ValueError, UnicodeDecodeError) as exc:
+        log.warning("%s does not hold broker configs (%s); taken as none", _path(entity), exc)
+        return {}
+    return {str(k): str(v) for k, v in config.items()}
+
+
+class _zookeeper_errors:
+    """ZooKeeper failures as RequestTimedOutError (the client retries); a missing node
+    (NoNodeError) and a lost race are left to the caller."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        from kazoo.exceptions import (
+            BadVersionError, KazooException, NodeExistsError, NoNodeError)
+        from kazoo.handlers.threading import KazooTimeoutError
+
+        if exc is None or isinstance(exc, (NoNodeError, BadVersionError, NodeExistsError)):
+            return False
+        if isinstance(exc, (KazooException, KazooTimeoutError)):
+            raise RequestTimedOutError(f"ZooKeeper request failed: {type(exc).__name__}") \
+                from None
+        return False
