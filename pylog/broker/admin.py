@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 
 from pylog.broker.configs import ConfigHandlers
+from pylog.security.acls import ResourceType
+from pylog.security.operations import NOT_REQUESTED, all_operations
 from pylog.broker.dynamic_config import DynamicBrokerConfig
 from pylog.broker.partitions import PartitionLogs
 from pylog.cluster.metadata import NO_LEADER, ClusterMetadata
@@ -36,7 +38,7 @@ def _unknown_topic_id(topic_id, version: int) -> dict:
     """A topic asked for by id only (Metadata v10+): pylog topics have no ids."""
     return {"error_code": UNKNOWN_TOPIC_ID, "name": None if version >= 12 else "",
             "topic_id": topic_id, "is_internal": False, "partitions": [],
-            "topic_authorized_operations": -2147483648}
+            "topic_authorized_operations": NOT_REQUESTED}
 
 
 class AdminHandlers:
@@ -65,21 +67,47 @@ class AdminHandlers:
         topics = [self._topic_metadata(t["name"], allow_create, unreachable, version)
                   if t["name"] is not None
                   else _unknown_topic_id(t["topic_id"], version) for t in requested]
+        if version >= 8 and body["include_topic_authorized_operations"]:
+            for topic in topics:  # (with an authorizer, RequestAuthorization narrows these)
+                if topic["error_code"] == 0:
+                    topic["topic_authorized_operations"] = all_operations(ResourceType.TOPIC)
         return {
             "throttle_time_ms": 0,
-            "brokers": [{"node_id": b.broker_id, "host": b.host, "port": b.port,
-                         "rack": b.rack} for b in reachable],
+            "brokers": self._broker_list(reachable),
             "cluster_id": self.metadata.cluster_id,
             "controller_id": self.metadata.controller_id(),
             "topics": topics,
-            "cluster_authorized_operations": -2147483648,
+            "cluster_authorized_operations": all_operations(ResourceType.CLUSTER)
+            if 8 <= version <= 10 and body["include_cluster_authorized_operations"]
+            else NOT_REQUESTED,
+        }
+
+    @staticmethod
+    def _broker_list(brokers) -> list[dict]:
+        return [{"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
+                for b in brokers]
+
+    def describe_cluster(self, body: dict, version: int, listener: str | None = None) -> dict:
+        """DescribeCluster (KIP-700): the brokers on the client's listener, the cluster id
+        and the controller, as Metadata gives them, and the cluster's authorized
+        operations when asked."""
+        live = self.metadata.brokers()
+        reachable = [b for b in (b.on_listener(listener) if listener else b for b in live) if b]
+        return {
+            "throttle_time_ms": 0, "error_code": 0, "error_message": None,
+            "cluster_id": self.metadata.cluster_id,
+            "controller_id": self.metadata.controller_id(),
+            "brokers": [{"broker_id": b.broker_id, "host": b.host, "port": b.port,
+                         "rack": b.rack} for b in reachable],
+            "cluster_authorized_operations": all_operations(ResourceType.CLUSTER)
+            if body["include_cluster_authorized_operations"] else NOT_REQUESTED,
         }
 
     def _topic_metadata(self, name: str, allow_create: bool,
                         unreachable: set[int] = frozenset(), version: int = 0) -> dict:
         result = {"error_code": 0, "name": name, "is_internal": name in INTERNAL_TOPICS,
                   "partitions": [],
-                  "topic_authorized_operations": -2147483648}
+                  "topic_authorized_operations": NOT_REQUESTED}
         topic = self.metadata.topic(name)
         if topic is None:
             try:

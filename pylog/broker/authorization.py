@@ -19,7 +19,10 @@ The checks (resource: operation), per API:
 * ListOffsets -- Topic Describe. OffsetForLeaderEpoch -- Topic Describe; a follower's
   Cluster ClusterAction.
 * Metadata -- Topic Describe (all topics: the others are left out; named ones:
-  TOPIC_AUTHORIZATION_FAILED); auto-creation needs Cluster Create or Topic Create.
+  TOPIC_AUTHORIZATION_FAILED); auto-creation needs Cluster Create or Topic Create. Asked
+  for authorized operations (KIP-430), each topic's and the cluster's (none without
+  Cluster Describe) are those the authorizer allows. DescribeCluster -- none; its
+  authorized operations as Metadata's.
 * Group APIs -- in :mod:`pylog.broker.authorization_groups`.
 * Transaction APIs -- in :mod:`pylog.transactions.authorization`.
 * CreateTopics -- Cluster Create or Topic Create. DeleteTopics -- Topic Delete.
@@ -48,6 +51,7 @@ from pylog.protocol import ApiKey
 from pylog.protocol.configs import ConfigResourceType
 from pylog.security.acls import CLUSTER_NAME, AclOperation as Op, ResourceType
 from pylog.security.authorizer import AclAuthorizer
+from pylog.security.operations import authorized_operations
 
 TOPIC_AUTHORIZATION_FAILED = TopicAuthorizationFailedError.errno
 CLUSTER_AUTHORIZATION_FAILED = ClusterAuthorizationFailedError.errno
@@ -111,6 +115,7 @@ class RequestAuthorization:
         self._checks: dict[int, Callable] = {
             ApiKey.PRODUCE: self._produce, ApiKey.FETCH: self._fetch,
             ApiKey.LIST_OFFSETS: self._list_offsets, ApiKey.METADATA: self._metadata,
+            ApiKey.DESCRIBE_CLUSTER: self._describe_cluster,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self._offset_for_leader_epoch,
             ApiKey.CREATE_TOPICS: self._create_topics, ApiKey.DELETE_TOPICS: self._delete_topics,
             ApiKey.CREATE_PARTITIONS: self._create_partitions,
@@ -215,6 +220,43 @@ class RequestAuthorization:
     # -- Metadata -----------------------------------------------------------------------------
 
     def _metadata(self, body: dict, version: int, access: Access) -> Verdict:
+        verdict = self._metadata_topics(body, version, access)
+        topic_ops = version >= 8 and body["include_topic_authorized_operations"]
+        cluster_ops = 8 <= version <= 10 and body["include_cluster_authorized_operations"]
+        if not (topic_ops or cluster_ops):
+            return verdict
+        earlier = verdict.finish
+
+        def operations(response: dict) -> dict:
+            if earlier is not None:
+                response = earlier(response)
+            if topic_ops:
+                response = dict(response, topics=[
+                    dict(t, topic_authorized_operations=authorized_operations(
+                        lambda op, name=t["name"]: access.topic(op, name), ResourceType.TOPIC))
+                    if t["error_code"] == 0 and t["name"] else t
+                    for t in response["topics"]])
+            if cluster_ops:
+                response = dict(response,
+                                cluster_authorized_operations=self._cluster_operations(access))
+            return response
+
+        return Verdict(verdict.body, operations)
+
+    @staticmethod
+    def _cluster_operations(access: Access) -> int:
+        """The cluster's authorized operations: none without Cluster Describe (Kafka)."""
+        if not access.cluster(Op.DESCRIBE):
+            return 0
+        return authorized_operations(access.cluster, ResourceType.CLUSTER)
+
+    def _describe_cluster(self, body: dict, version: int, access: Access) -> Verdict:
+        if not body["include_cluster_authorized_operations"]:
+            return Verdict(body)
+        return Verdict(body, lambda response: dict(
+            response, cluster_authorized_operations=self._cluster_operations(access)))
+
+    def _metadata_topics(self, body: dict, version: int, access: Access) -> Verdict:
         requested = body["topics"]
         if requested is None or (version == 0 and not requested):
             def hide(response: dict) -> dict:

@@ -20,6 +20,7 @@ from pylog.broker.authorization import (
 from pylog.errors import GroupAuthorizationFailedError
 from pylog.protocol import ApiKey
 from pylog.security.acls import AclOperation as Op, ResourceType
+from pylog.security.operations import authorized_operations
 
 GROUP_AUTHORIZATION_FAILED = GroupAuthorizationFailedError.errno
 GROUP_KEY = 0
@@ -137,7 +138,20 @@ def _describe_groups(body: dict, version: int, access: Access) -> Verdict:
     errors = [{"error_code": GROUP_AUTHORIZATION_FAILED, "group_id": g, "group_state": "",
                "protocol_type": "", "protocol_data": "", "members": []}
               for g in body["groups"] if not access.group(Op.DESCRIBE, g)]
-    return pruned(body, "groups", kept, "groups", errors)
+    verdict = pruned(body, "groups", kept, "groups", errors)
+    if version < 3 or not body["include_authorized_operations"]:
+        return verdict
+    earlier = verdict.finish
+
+    def operations(response: dict) -> dict:
+        if earlier is not None:
+            response = earlier(response)
+        return dict(response, groups=[
+            dict(g, authorized_operations=authorized_operations(
+                lambda op, name=g["group_id"]: access.group(op, name), ResourceType.GROUP))
+            if g["error_code"] == 0 else g for g in response["groups"]])
+
+    return Verdict(verdict.body, operations)
 
 
 def _list_groups(body: dict, version: int, access: Access) -> Verdict:

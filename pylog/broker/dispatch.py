@@ -56,8 +56,9 @@ log = logging.getLogger(__name__)
 SERVED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (0, 9),  # 0-2 advertised for librdkafka, refused per partition
     ApiKey.FETCH: (4, 12),
-    ApiKey.LIST_OFFSETS: (1, 6),
+    ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (0, 12),
+    ApiKey.DESCRIBE_CLUSTER: (0, 0),
     ApiKey.FIND_COORDINATOR: (0, 4),
     ApiKey.OFFSET_COMMIT: (0, 8),
     ApiKey.OFFSET_FETCH: (0, 8),
@@ -380,6 +381,8 @@ class Dispatcher:
             return handle_list_offsets(body, version, self.logs)
         if api_key == ApiKey.METADATA:
             return self.admin.metadata_request(body, version, session.listener)
+        if api_key == ApiKey.DESCRIBE_CLUSTER:
+            return self.admin.describe_cluster(body, version, session.listener)
         if api_key == ApiKey.API_VERSIONS:
             return api_versions_body(0, self.served)
         if api_key == ApiKey.CREATE_TOPICS:

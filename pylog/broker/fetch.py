@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 LATEST = -1
 EARLIEST = -2
+MAX_TIMESTAMP = -3  # the record with the largest timestamp (KIP-734, ListOffsets v7)
 READ_COMMITTED = 1
 DEBUGGING_REPLICA_ID = -2
 MIN_FETCH_VERSION = 4
@@ -228,6 +229,12 @@ def _lookup(partition_log, timestamp: int) -> tuple[int, int]:
         return partition_log.high_watermark, -1
     if timestamp == EARLIEST:
         return partition_log.log_start_offset, -1
+    if timestamp == MAX_TIMESTAMP:
+        found = partition_log.batch_of_max_timestamp()
+        if found is None:
+            return -1, -1
+        # The batch's first record with that timestamp, as Kafka 3.8 answers (KAFKA-16310).
+        return _first_record_at_or_after(partition_log, found[0], found[1], found[1])
     found = partition_log.offset_for_timestamp(timestamp)
     if found is None:
         return -1, -1

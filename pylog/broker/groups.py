@@ -21,6 +21,8 @@ from pylog.coordinator.group import Pending
 from pylog.coordinator.membership import JoinRequest, join_error, sync_error
 from pylog.coordinator.store import TxnProducer, offsets_tp
 from pylog.protocol import ApiKey
+from pylog.security.acls import ResourceType
+from pylog.security.operations import all_operations
 from pylog.types import TopicPartition
 
 GROUP_KEY = 0
@@ -289,6 +291,10 @@ class GroupHandlers:
     def describe_groups(self, body: dict, version: int, client_id: str, host: str) -> dict:
         groups = self.coordinator.run_locked(
             lambda: [self.coordinator.offsets.describe(g) for g in body["groups"]])
+        if version >= 3 and body["include_authorized_operations"]:
+            # (with an authorizer, RequestAuthorization narrows these)
+            groups = [dict(g, authorized_operations=all_operations(ResourceType.GROUP))
+                      if g["error_code"] == 0 else g for g in groups]
         return {"throttle_time_ms": 0, "groups": groups}
 
     def delete_groups(self, body: dict, version: int, client_id: str, host: str):

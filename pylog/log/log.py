@@ -716,6 +716,21 @@ class Log:
             first = max(0, bisect.bisect_right(self._bases, fetch_offset) - 1)
             return LogProducers.aborted(self._segments[first:], fetch_offset, upper_bound)
 
+    def batch_of_max_timestamp(self) -> tuple[int, int] | None:
+        """``(base offset, timestamp)`` of the first batch below the high watermark with
+        the largest timestamp of the log; None if the log has no record there."""
+        with self._lock:
+            self._check_open()
+            high_watermark = self.high_watermark
+            best = None
+            for segment in self._segments:
+                found = segment.batch_of_max_timestamp(high_watermark)
+                if found is not None and (best is None or found[1] > best[1]):
+                    best = found
+            if best is None or best[0] < self._log_start_offset:
+                return None if best is None else (self._log_start_offset, best[1])
+            return best
+
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record below the high watermark whose
         timestamp is >= ``timestamp_ms``; None if there is none.

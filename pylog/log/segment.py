@@ -241,6 +241,23 @@ class LogSegment:
             stop = position + header.size
         return start, min(stop, end) - start
 
+    def batch_of_max_timestamp(self, max_offset: int) -> tuple[int, int] | None:
+        """``(base offset, timestamp)`` of the first batch below ``max_offset`` with this
+        segment's largest timestamp there; None without one. Kept as batches are indexed,
+        so only a segment whose largest is not yet below ``max_offset`` (the active one,
+        before its followers catch up) reads its batch headers."""
+        if self.max_timestamp == NO_TIMESTAMP or self.base_offset >= max_offset:
+            return None
+        if self._offset_of_max_timestamp < max_offset:
+            return self._offset_of_max_timestamp, self.max_timestamp
+        best = None
+        for _, header in self.records.headers():
+            if header.base_offset >= max_offset:
+                break
+            if best is None or header.max_timestamp > best[1]:
+                best = (header.base_offset, header.max_timestamp)
+        return None if best is None or best[1] == NO_TIMESTAMP else best
+
     def find_timestamp(self, timestamp: int, max_offset: int) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record below ``max_offset`` whose timestamp
         is >= ``timestamp``. The time index and batch headers find the batch; only that

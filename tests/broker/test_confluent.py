@@ -143,3 +143,52 @@ def test_fetch_max_bytes_bounds_the_whole_response(broker):
         got.append(message.value()[:4])
     consumer.close()
     assert sorted(got) == sorted(b"%d-%d-" % (p, i) for p in range(3) for i in range(4))
+
+
+def test_describe_cluster_topics_and_groups_without_an_authorizer(broker):
+    """DescribeCluster (KIP-700) and authorized operations (KIP-430): with no authorizer
+    every operation is allowed, as in Kafka."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AclOperation
+
+    create_topic(broker.bootstrap, "described", 2)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    cluster = admin.describe_cluster(include_authorized_operations=True).result(15)
+    assert [(n.id, n.port) for n in cluster.nodes] == [(0, broker.port)]
+    assert cluster.controller.id == 0 and cluster.cluster_id
+    assert set(cluster.authorized_operations) == {
+        AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
+        AclOperation.DESCRIBE}
+    assert admin.describe_cluster().result(15).authorized_operations is None
+    topic = admin.describe_topics(TopicCollection(["described"]),
+                                  include_authorized_operations=True)["described"].result(15)
+    assert len(topic.partitions) == 2 and len(topic.authorized_operations) == 8
+    group = admin.describe_consumer_groups(["nobody"], include_authorized_operations=True)[
+        "nobody"].result(15)
+    assert set(group.authorized_operations) == {
+        AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE}
+
+
+def test_list_offsets_max_timestamp_is_the_first_record_with_the_newest_time(broker):
+    """OffsetSpec.max_timestamp (KIP-734): the record inside its batch, not the batch."""
+    from confluent_kafka import IsolationLevel
+    from confluent_kafka.admin import OffsetSpec
+
+    create_topic(broker.bootstrap, "newest", 1)
+    base = 10_000_000
+    # One batch of three (the newest in the middle), then a later batch tying it.
+    produce(broker.bootstrap, "newest", [(0, None, b"v", None, base + t)
+                                         for t in (100, 400, 250)], **{"linger.ms": 200})
+    produce(broker.bootstrap, "newest", [(0, None, b"v", None, base + 400)])
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    partition = TopicPartition("newest", 0)
+    answers = {}
+    for name, spec in (("max", OffsetSpec.max_timestamp()), ("latest", OffsetSpec.latest()),
+                       ("after 300", OffsetSpec.for_timestamp(base + 300))):
+        for level in (IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED):
+            info = admin.list_offsets({partition: spec}, isolation_level=level)[
+                partition].result(15)
+            answers.setdefault(name, set()).add((info.offset, info.timestamp))
+    assert answers == {"max": {(1, base + 400)}, "latest": {(4, -1)},
+                       "after 300": {(1, base + 400)}}

@@ -231,3 +231,35 @@ def test_describe_and_delete_acls_with_filters(broker, admin):
     assert [(b.name, b.operation) for b in deleted.result()] == [("temp-", AclOperation.DELETE)]
     left = admin.describe_acls(group_filter).result()
     assert [b.operation for b in left] == [AclOperation.DESCRIBE]
+
+
+def test_authorized_operations_are_what_the_acls_allow(broker, admin):
+    from confluent_kafka import TopicCollection
+
+    grant(admin, (ResourceType.TOPIC, "ops.read", LITERAL, AclOperation.READ, ALLOW),
+          (ResourceType.TOPIC, "ops.read", LITERAL, AclOperation.CREATE, ALLOW),
+          (ResourceType.TOPIC, "ops.all", LITERAL, AclOperation.ALL, ALLOW),
+          (ResourceType.GROUP, "ops.group", LITERAL, AclOperation.DESCRIBE, ALLOW))
+    create_topic(admin, "ops.read")
+    create_topic(admin, "ops.all")
+    described = admin.describe_topics(TopicCollection(["ops.read", "ops.all"]),
+                                      include_authorized_operations=True)
+    # READ implies DESCRIBE, as in Kafka.
+    assert set(described["ops.read"].result(15).authorized_operations) == {
+        AclOperation.READ, AclOperation.DESCRIBE, AclOperation.CREATE}
+    assert len(described["ops.all"].result(15).authorized_operations) == 8
+    # The cluster: ALTER from the broker's ACL file, and DESCRIBE that ALTER implies.
+    cluster = admin.describe_cluster(include_authorized_operations=True).result(15)
+    assert set(cluster.authorized_operations) == {AclOperation.ALTER, AclOperation.DESCRIBE}
+    group = admin.describe_consumer_groups(["ops.group"], include_authorized_operations=True)[
+        "ops.group"].result(15)
+    assert group.authorized_operations == [AclOperation.DESCRIBE]
+    # From 127.0.0.2 the cluster ACL does not apply: without Describe, no operations.
+    with wire_from("127.0.0.2", broker.bootstrap) as wire:
+        answer = wire.call(ApiKey.DESCRIBE_CLUSTER, 0,
+                           {"include_cluster_authorized_operations": True})
+    assert (answer["error_code"], answer["cluster_authorized_operations"]) == (0, 0)
+    # Not asked for: not given (Metadata v12 through the wire).
+    with WireClient(broker.bootstrap) as wire:
+        plain = wire.call(ApiKey.METADATA, 12, {"topics": [{"name": "ops.all"}]})
+    assert plain["topics"][0]["topic_authorized_operations"] == -2147483648

@@ -74,3 +74,24 @@ METADATA = Message(
         F('cluster_authorized_operations', 'int32', '8-10', default=-2147483648),
     ),
 )
+
+DESCRIBE_CLUSTER = Message(
+    key=60, name='DescribeCluster', versions='0', flexible='0+',
+    request=(
+        F('include_cluster_authorized_operations', 'bool'),
+    ),
+    response=(
+        F('throttle_time_ms', 'int32'),
+        F('error_code', 'int16'),
+        F('error_message', 'string', nullable='0+', default=None),
+        F('cluster_id', 'string'),
+        F('controller_id', 'int32', default=-1),
+        F('brokers', '[]', fields=(
+            F('broker_id', 'int32'),
+            F('host', 'string'),
+            F('port', 'int32'),
+            F('rack', 'string', nullable='0+', default=None),
+        )),
+        F('cluster_authorized_operations', 'int32', default=-2147483648),
+    ),
+)
