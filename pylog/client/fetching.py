@@ -37,10 +37,19 @@ class FetchRequester:
         self._network = network
         self._retry = retry
         self._isolation_level = isolation_level
+        self._rotation = 0
 
     def fetch(self, offsets: dict[TopicPartition, int], max_bytes: int, max_wait_ms: int,
               min_bytes: int) -> dict[TopicPartition, RawFetchResult]:
-        pending = dict(offsets)
+        """Each call starts the partitions one further along, as librdkafka does: a
+        broker fills a response in request order up to its ``fetch.max.bytes``, so a fixed
+        order would leave the last partitions waiting while the first have data."""
+        order = list(offsets)
+        if len(order) > 1:
+            start = self._rotation % len(order)
+            self._rotation += 1
+            order = order[start:] + order[:start]
+        pending = {tp: offsets[tp] for tp in order}
         results: dict[TopicPartition, RawFetchResult] = {}
 
         def attempt() -> None:

@@ -144,3 +144,24 @@ def test_non_retriable_broker_error_reaches_the_future(broker, admin):
         assert caught.value.name in ("MESSAGE_TOO_LARGE", "RECORD_LIST_TOO_LARGE")
         assert not caught.value.retriable
         assert small.result(timeout=30).offset == 0
+
+
+def test_fetches_take_turns_when_the_broker_caps_the_response(tmp_path):
+    """With a broker's fetch.max.bytes smaller than the data, only the first partition of a
+    Fetch gets records: each call starts one partition further, so none waits forever."""
+    with BrokerProcess(tmp_path / "capped", {"fetch.max.bytes": 1}) as capped:
+        with Admin(capped.bootstrap) as admin:
+            admin.create_topic("turns", num_partitions=2)
+        with Producer(capped.bootstrap, linger_ms=0) as producer:
+            for i in range(10):  # one batch each: 8 in partition 0, 2 in partition 1
+                producer.send("turns", b"v%d" % i, partition=0 if i < 8 else 1).result()
+        with SimpleConsumer(capped.bootstrap) as consumer:
+            offsets = {TopicPartition("turns", 0): 0, TopicPartition("turns", 1): 0}
+            got = []
+            for _ in range(4):
+                for tp, result in consumer.fetch_raw_many(offsets).items():
+                    if result.records:
+                        got.append(tp.partition)
+                        offsets[tp] += 1
+            # Partition 1 is served while partition 0 still has data, one call in two.
+            assert got == [0, 1, 0, 1]
