@@ -33,7 +33,7 @@ The checks (resource: operation), per API:
 * InitProducerId -- TransactionalId Write; without one Cluster IdempotentWrite or Write
   on any topic (KIP-679).
 * DescribeAcls, DescribeUserScramCredentials -- Cluster Describe; CreateAcls, DeleteAcls,
-  AlterUserScramCredentials -- Cluster Alter.
+  AlterUserScramCredentials, ElectLeaders -- Cluster Alter.
 * ApiVersions, SaslHandshake, SaslAuthenticate -- none.
 """
 
@@ -116,6 +116,7 @@ class RequestAuthorization:
             ApiKey.PRODUCE: self._produce, ApiKey.FETCH: self._fetch,
             ApiKey.LIST_OFFSETS: self._list_offsets, ApiKey.METADATA: self._metadata,
             ApiKey.DESCRIBE_CLUSTER: self._describe_cluster,
+            ApiKey.ELECT_LEADERS: self._elect_leaders,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self._offset_for_leader_epoch,
             ApiKey.CREATE_TOPICS: self._create_topics, ApiKey.DELETE_TOPICS: self._delete_topics,
             ApiKey.CREATE_PARTITIONS: self._create_partitions,
@@ -255,6 +256,17 @@ class RequestAuthorization:
             return Verdict(body)
         return Verdict(body, lambda response: dict(
             response, cluster_authorized_operations=self._cluster_operations(access)))
+
+    def _elect_leaders(self, body: dict, version: int, access: Access) -> Verdict:
+        if access.cluster(Op.ALTER):
+            return Verdict(body)
+        return Verdict(response={
+            "throttle_time_ms": 0, "error_code": CLUSTER_AUTHORIZATION_FAILED,
+            "replica_election_results": [
+                {"topic": t["topic"], "partition_result": [
+                    {"partition_id": p, "error_code": CLUSTER_AUTHORIZATION_FAILED,
+                     "error_message": DENIED} for p in t["partition_id"]]}
+                for t in body["topic_partitions"] or []]})
 
     def _metadata_topics(self, body: dict, version: int, access: Access) -> Verdict:
         requested = body["topics"]

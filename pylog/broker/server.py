@@ -31,7 +31,7 @@ from pylog.broker.meta import ensure_meta
 from pylog.broker.network import Acceptor, ConnectionQuotas, ListenerSpec, Processor
 from pylog.broker.partitions import AppendWaiters, PartitionLogs
 from pylog.broker.replica_manager import ReplicaManager
-from pylog.broker import delete_records, txn_markers
+from pylog.broker import delete_records, elections, txn_markers
 from pylog.broker.txn_markers import TxnMarkerService
 from pylog.client.security import SecurityConfig
 from pylog.cluster.metadata import ClusterMetadata
@@ -243,6 +243,8 @@ class Broker:
         dispatcher.serve(txn_markers.API_KEY, txn_markers.VERSIONS, self.txn_markers.handle)
         dispatcher.serve(delete_records.API_KEY, delete_records.VERSIONS,
                          delete_records.DeleteRecordsHandler(logs, self.clock).handle)
+        dispatcher.serve(elections.API_KEY, elections.VERSIONS,
+                         elections.ElectLeadersHandler(self.metadata, self.clock).handle)
         self.txn_markers.add_marker_listener(self.coordinator.on_transaction_completed)
         self.transactions.markers.local = self.txn_markers.write
         self._processors = [

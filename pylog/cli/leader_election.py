@@ -5,6 +5,7 @@ ZooKeeper-era kafka-preferred-replica-election.sh did).
     pylog leader-election --zookeeper zk:2181 --election-type preferred --topic foo --partition 0
     pylog leader-election --zookeeper zk:2181 --election-type preferred --all-topic-partitions
     pylog leader-election --zookeeper zk:2181 --election-type preferred --path-to-json-file f.json
+    pylog leader-election --bootstrap-server b:9092 --election-type unclean --topic foo --partition 0
 
 The JSON file lists the partitions: {"partitions":[{"topic":"foo","partition":0}]}.
 
@@ -16,8 +17,19 @@ preferred replica (the first of its replicas) now leads, for example
     Preferred replica 2 is not in sync for foo-1 (leader 1, isr 1,3)
 
 Exit status: 0 when every preferred replica leads, 1 otherwise (also when the controller
-does not finish in time). Only preferred elections are supported; to let an out-of-sync
-replica lead, set unclean.leader.election.enable on the topic.
+does not finish in time).
+
+With --bootstrap-server instead of --zookeeper the tool asks a broker (ElectLeaders, as
+kafka-leader-election.sh does), which also takes unclean elections: a partition without a
+leader gets a live replica as leader even if it is out of sync (records only the lost
+in-sync replicas had are lost). It prints Kafka's lines::
+
+    Successfully completed leader election (UNCLEAN) for partitions foo-0
+    Valid replica already elected for partitions foo-1
+    Error completing leader election (UNCLEAN) for partition: foo-2: ELIGIBLE_LEADERS_NOT_AVAILABLE: ...
+
+and exits 1 when a partition could not be elected. --all-topic-partitions then means the
+partitions the election would change.
 """
 
 from __future__ import annotations
@@ -27,15 +39,16 @@ import threading
 import time
 from typing import Callable, Iterable, Mapping
 
-from pylog.cli._zookeeper import (
-    add_zookeeper_argument, check_connect, read_assignments, read_node, zookeeper_session)
+from pylog.cli._security import add_command_config_argument, security_from_args
+from pylog.cli._zookeeper import check_connect, read_assignments, read_node, zookeeper_session
 from pylog.cli.reassign import read_text
 from pylog.cli.topics import INT32_MAX, check_range
 from pylog.cluster import layout
 from pylog.cluster.metadata import NO_LEADER
 from pylog.cluster.reassignment_json import (
     ReassignmentJsonError, load_json_object, require_int, require_list, require_topic)
-from pylog.errors import ConfigError, PylogError, UnknownTopicOrPartitionError
+from pylog.errors import (
+    ConfigError, ElectionNotNeededError, KafkaError, PylogError, UnknownTopicOrPartitionError)
 from pylog.types import TopicPartition
 
 ELECTION_TYPES = ("preferred", "unclean")
@@ -54,9 +67,14 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "leader-election", help="make the preferred replicas the partition leaders again",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_zookeeper_argument(parser)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--zookeeper", metavar="HOST:PORT[,...][/chroot]",
+                       help="the cluster's zookeeper.connect (preferred elections)")
+    where.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]",
+                       help="ask a broker (ElectLeaders): preferred or unclean elections")
+    add_command_config_argument(parser)
     parser.add_argument("--election-type", required=True, type=str.lower, choices=ELECTION_TYPES,
-                        help="preferred (the only one supported)")
+                        help="preferred, or unclean (with --bootstrap-server)")
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--topic", help="the topic of the one partition to elect (with --partition)")
     which.add_argument("--all-topic-partitions", action="store_true",
@@ -70,10 +88,11 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    check_connect(args.zookeeper)
-    if args.election_type == "unclean":
-        raise ConfigError("--election-type", "unclean elections are not supported; set "
-                                             "unclean.leader.election.enable=true on the topic")
+    if args.zookeeper is not None:
+        check_connect(args.zookeeper)
+        if args.election_type == "unclean":
+            raise ConfigError("--election-type", "unclean elections go through a broker: "
+                                                 "give --bootstrap-server")
     check_range("--timeout-ms", args.timeout_ms, 1, INT32_MAX)
     if (args.topic is None) != (args.partition is None):
         raise ConfigError("--topic" if args.topic is None else "--partition",
@@ -86,6 +105,8 @@ def run(args) -> int:
                                               args.path_to_json_file)
     elif args.topic is not None:
         requested = [TopicPartition(args.topic, args.partition)]
+    if args.bootstrap_server is not None:
+        return _elect_through_broker(args, requested)
 
     with zookeeper_session(args.zookeeper) as client:
         if client.exists(layout.PREFERRED_ELECTION):
@@ -105,6 +126,41 @@ def run(args) -> int:
         failed += not ok
         print(line)
     return 1 if failed else 0
+
+
+def _elect_through_broker(args, requested: list[TopicPartition] | None) -> int:
+    from pylog.client import Admin
+
+    kind = args.election_type.upper()
+    with Admin(args.bootstrap_server, request_timeout_ms=args.timeout_ms,
+               security=security_from_args(args)) as admin:
+        results = admin.elect_leaders(requested, unclean=kind == "UNCLEAN")
+    for line in broker_outcome_lines(kind, results):
+        print(line)
+    return 1 if any(error is not None and not isinstance(error, ElectionNotNeededError)
+                    for error in results.values()) else 0
+
+
+def broker_outcome_lines(kind: str, results: Mapping[TopicPartition, KafkaError | None]
+                         ) -> list[str]:
+    """kafka-leader-election.sh's report of an ElectLeaders answer."""
+    done = [tp for tp, error in sorted(results.items()) if error is None]
+    needless = [tp for tp, error in sorted(results.items())
+                if isinstance(error, ElectionNotNeededError)]
+    lines = []
+    if done:
+        lines.append(f"Successfully completed leader election ({kind}) for partitions "
+                     f"{', '.join(map(str, done))}")
+    if needless:
+        lines.append(f"Valid replica already elected for partitions "
+                     f"{', '.join(map(str, needless))}")
+    for tp, error in sorted(results.items()):
+        if error is not None and tp not in needless:
+            lines.append(f"Error completing leader election ({kind}) for partition: {tp}: "
+                         f"{error.name}: {error}")
+    if not results:
+        lines.append(f"No partition needed a {kind.lower()} election")
+    return lines
 
 
 def parse_election_partitions(text: str | bytes, source: str) -> list[TopicPartition]:

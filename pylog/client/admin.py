@@ -159,6 +159,39 @@ class Admin(AclAdmin):
             self._network.mark_stale()
         return results
 
+    def elect_leaders(self, partitions: Iterable[TopicPartition] | None = None,
+                      unclean: bool = False) -> dict[TopicPartition, KafkaError | None]:
+        """Move leadership as ``kafka-leader-election.sh`` does (ElectLeaders): to each
+        partition's preferred replica, or, with ``unclean``, to any live replica of a
+        partition that has no leader. ``None``: every partition the election would change.
+
+        >>> admin.elect_leaders([TopicPartition("events", 0)])
+        {TopicPartition(topic='events', partition=0): None}
+
+        Returns per partition None (elected) or the error: ElectionNotNeededError,
+        PreferredLeaderNotAvailableError, EligibleLeadersNotAvailableError,
+        UnknownTopicOrPartitionError, RequestTimedOutError...
+        """
+        named = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for tp in partitions:
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            named = [{"topic": t, "partition_id": ps} for t, ps in by_topic.items()]
+        response = self._controller_request(ApiKey.ELECT_LEADERS, {
+            "election_type": 1 if unclean else 0, "topic_partitions": named,
+            "timeout_ms": self._timeout_ms})
+        check_error(response.get("error_code", 0), "elect leaders")
+        results: dict[TopicPartition, KafkaError | None] = {}
+        for topic in response["replica_election_results"]:
+            for p in topic["partition_result"]:
+                tp = TopicPartition(topic["topic"], p["partition_id"])
+                code = p["error_code"]
+                results[tp] = None if not code else KafkaError.for_code(code)(
+                    p["error_message"] or f"elect the leader of {tp}")
+        self._network.mark_stale()
+        return results
+
     # -- configs ----------------------------------------------------------------------------
 
     def describe_configs(self, resource_type: str | ConfigResourceType, name: str,

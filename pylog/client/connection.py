@@ -55,6 +55,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.CREATE_TOPICS: (0, 7),
     ApiKey.DELETE_TOPICS: (0, 6),
     ApiKey.DELETE_RECORDS: (0, 2),
+    ApiKey.ELECT_LEADERS: (1, 2),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (3, 4),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DESCRIBE_CONFIGS: (0, 4),

@@ -49,6 +49,9 @@ class Controller:
         self.broker_id = broker_id
         self.unclean_default = unclean_default
         self._preferred_requests: set[tuple[str, int]] = set()
+        # Partitions an ElectLeaders asked to elect uncleanly, once (their topic's
+        # unclean.leader.election.enable notwithstanding).
+        self._unclean_requests: set[tuple[str, int]] = set()
         self.auto_leader_rebalance = False
         self._states_stale = False
         self._reassigner = Reassigner(client, broker_id,
@@ -125,17 +128,13 @@ class Controller:
             return
         for topic in self._client.get_children(layout.DELETE_TOPICS):
             self._delete_topic(topic)
-        try:
-            data, request_stat = self._client.get(layout.PREFERRED_ELECTION)
-            self._preferred_requests.update(layout.decode_preferred_election(data))
-        except NoNodeError:
-            request_stat = None
-        except ValueError:
-            log.warning("ignoring an unreadable preferred replica election request")
+        request_stat = self._read_election(layout.PREFERRED_ELECTION, self._preferred_requests)
+        unclean_stat = self._read_election(layout.UNCLEAN_ELECTION, self._unclean_requests)
         for _ in range(5):
             if self._reconcile_pass():
                 break
         self._preferred_requests.clear()
+        self._unclean_requests.clear()
         live = {int(child) for child in self._client.get_children(layout.BROKER_IDS)}
         shutting_down = {int(child) for child in
                          self._client.get_children(layout.CONTROLLED_SHUTDOWN)}
@@ -143,9 +142,24 @@ class Controller:
             self._reassigner.run(live - shutting_down)
         except BadVersionError:
             self._states.clear()  # raced with a leader's ISR write; the next pass retries
-        if request_stat is not None:
-            self._commit_guarded(None, lambda txn: txn.delete(
-                layout.PREFERRED_ELECTION, version=request_stat.version))
+        for path, stat in ((layout.PREFERRED_ELECTION, request_stat),
+                           (layout.UNCLEAN_ELECTION, unclean_stat)):
+            if stat is not None:
+                self._commit_guarded(None, lambda txn, path=path, stat=stat: txn.delete(
+                    path, version=stat.version))
+
+    def _read_election(self, path: str, requests: set[tuple[str, int]]):
+        """Add an election request's partitions to ``requests``; its node's stat (None:
+        no request)."""
+        try:
+            data, stat = self._client.get(path)
+        except NoNodeError:
+            return None
+        try:
+            requests.update(layout.decode_preferred_election(data))
+        except ValueError:
+            log.warning("ignoring an unreadable leader election request at %s", path)
+        return stat
 
     def _reconcile_pass(self) -> bool:
         if self._states_stale:
@@ -218,7 +232,8 @@ class Controller:
         preferred = self.auto_leader_rebalance or (topic, partition) in self._preferred_requests
         chosen = elect(current, replicas, live, shutting_down, preferred=preferred,
                        unclean=False)
-        if chosen.leader == NO_LEADER and self._unclean_allowed(topic):
+        if chosen.leader == NO_LEADER and ((topic, partition) in self._unclean_requests
+                                           or self._unclean_allowed(topic)):
             chosen = elect(current, replicas, live, shutting_down, unclean=True)
         if chosen.leader == current.leader and chosen.isr == current.isr:
             return

@@ -85,6 +85,9 @@ CONFIG_TOPICS = "/config/topics"
 DELETE_TOPICS = "/admin/delete_topics"
 CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
 PREFERRED_ELECTION = "/admin/preferred_replica_election"
+# pylog's own: Kafka's controller takes unclean elections (ElectLeaders) over RPC. Same JSON
+# as the preferred election request.
+UNCLEAN_ELECTION = "/admin/unclean_leader_election"
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 CONSUMERS = "/consumers"
 

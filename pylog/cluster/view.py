@@ -70,6 +70,7 @@ class ClusterView:
         ChildrenWatch(self._client, layout.DELETE_TOPICS, self._on_deletions)
         ChildrenWatch(self._client, layout.CONTROLLED_SHUTDOWN, self._on_shutdowns)
         DataWatch(self._client, layout.PREFERRED_ELECTION, self._on_preferred_election)
+        DataWatch(self._client, layout.UNCLEAN_ELECTION, self._on_preferred_election)
         DataWatch(self._client, layout.REASSIGN_PARTITIONS, self._on_reassignment)
 
     # -- reads (no ZooKeeper) --------------------------------------------------------

@@ -367,15 +367,19 @@ class ZkClusterMetadata:
         if enabled:
             self._worker.request("reconcile")
 
-    def request_preferred_election(self, partitions) -> None:
+    def request_preferred_election(self, partitions, unclean: bool = False) -> None:
         """Ask the controller (through ZooKeeper) to move these partitions' leadership to
-        their preferred replicas where those are in sync."""
-        with self._zookeeper("requesting preferred leader election"):
+        their preferred replicas where those are in sync; with ``unclean``, to elect a
+        live replica of those without a leader even if it is out of sync."""
+        kind = "an unclean" if unclean else "a preferred"
+        with self._zookeeper(f"requesting {kind} leader election"):
             data = layout.encode_preferred_election(partitions)
             try:
-                self._client.create(layout.PREFERRED_ELECTION, data)
+                self._client.create(layout.UNCLEAN_ELECTION if unclean
+                                    else layout.PREFERRED_ELECTION, data)
             except NodeExistsError:
-                raise RequestTimedOutError("a preferred leader election is already running")
+                raise RequestTimedOutError(f"{kind} leader election is already running; "
+                                           "try again") from None
 
     def close(self) -> None:
         """Leave the cluster: the registration (and controllership) go with the session."""

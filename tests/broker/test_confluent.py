@@ -192,3 +192,15 @@ def test_list_offsets_max_timestamp_is_the_first_record_with_the_newest_time(bro
             answers.setdefault(name, set()).add((info.offset, info.timestamp))
     assert answers == {"max": {(1, base + 400)}, "latest": {(4, -1)},
                        "after 300": {(1, base + 400)}}
+
+
+def test_elect_leaders_on_one_broker_is_never_needed(broker):
+    from confluent_kafka import ElectionType, KafkaError
+
+    create_topic(broker.bootstrap, "elected", 1)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    ours, missing = TopicPartition("elected", 0), TopicPartition("elected", 3)
+    for kind in (ElectionType.PREFERRED, ElectionType.UNCLEAN):
+        results = admin.elect_leaders(kind, [ours, missing]).result(15)
+        assert {tp: error.code() for tp, error in results.items()} == {
+            ours: KafkaError.ELECTION_NOT_NEEDED, missing: KafkaError.UNKNOWN_TOPIC_OR_PART}

@@ -183,7 +183,21 @@ def test_mistakes_write_nothing(cluster, zk_connect, args, needle):
     assert cluster.exists(layout.PREFERRED_ELECTION) is None
 
 
-def test_unclean_elections_point_to_the_topic_setting(zk_connect):
+def test_unclean_elections_need_a_broker(zk_connect):
     result = pylog("leader-election", "--zookeeper", zk_connect, "--election-type", "UNCLEAN",
                    "--all-topic-partitions")
-    one_error_line(result, "leader-election", "unclean.leader.election.enable")
+    one_error_line(result, "leader-election", "--bootstrap-server")
+
+
+def test_broker_outcomes_are_reported_as_kafka_does():
+    from pylog.cli.leader_election import broker_outcome_lines
+    from pylog.errors import ElectionNotNeededError, EligibleLeadersNotAvailableError
+
+    results = {TopicPartition("foo", 2): EligibleLeadersNotAvailableError("none alive"),
+               TopicPartition("foo", 1): ElectionNotNeededError("broker 1 leads it"),
+               FOO_0: None, TopicPartition("bar", 0): None}
+    assert broker_outcome_lines("UNCLEAN", results) == [
+        "Successfully completed leader election (UNCLEAN) for partitions bar-0, foo-0",
+        "Valid replica already elected for partitions foo-1",
+        "Error completing leader election (UNCLEAN) for partition: foo-2: "
+        "ELIGIBLE_LEADERS_NOT_AVAILABLE: none alive"]

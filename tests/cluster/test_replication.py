@@ -17,7 +17,9 @@ import time
 import urllib.request
 
 import pytest
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import ElectionType, KafkaError, Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient
 
 from pylog.client.admin import Admin
 from pylog.client.connection import BrokerConnection
@@ -249,10 +251,13 @@ def test_paused_follower_leaves_the_isr_and_acks_all_needs_min_insync(cluster):
     assert values == ["two-in-sync"]
 
 
-@pytest.mark.parametrize("unclean", [False, True])
+@pytest.mark.parametrize("unclean", [False, True, "elect-leaders"])
 def test_unclean_leader_election(tmp_path, zk_connect, unclean):
+    """Off, nobody out of sync may lead; on, the follower takes over; off but asked for
+    through ElectLeaders (confluent-kafka's elect_leaders, UNCLEAN), the follower too."""
     cluster = make_cluster(tmp_path, zk_connect, **{
-        "unclean.leader.election.enable": str(unclean).lower(), "min.insync.replicas": 1})
+        "unclean.leader.election.enable": str(unclean is True).lower(),
+        "min.insync.replicas": 1})
     try:
         create_topic(cluster, replication=2)
         replicas = partition_meta(cluster)[0].replicas
@@ -277,6 +282,14 @@ def test_unclean_leader_election(tmp_path, zk_connect, unclean):
                        message="the old leader back")
             expected = ["both-have-it", "only-the-leader-has-it"]
         else:
+            if unclean == "elect-leaders":
+                wait_until(lambda: leader_of(cluster, via=other) == -1, timeout=20,
+                           message="the old leader's session to expire")
+                admin = AdminClient({"bootstrap.servers": cluster.bootstrap(other)})
+                elected = admin.elect_leaders(ElectionType.UNCLEAN, [
+                    KafkaTopicPartition(TOPIC, 0)]).result(30)
+                assert elected == {KafkaTopicPartition(TOPIC, 0): None}
+                assert leader_of(cluster, via=other) == follower
             wait_until(lambda: leader_of(cluster, via=other) == follower, timeout=30,
                        message="the out-of-sync replica to lead")
             expected = ["both-have-it"]
@@ -390,6 +403,35 @@ def test_preferred_leader_election_moves_leadership_back(cluster, zk_connect):
                      "preferred", "--topic", TOPIC, "--partition", "0")
     assert result.returncode == 0, result.stderr
     wait_until(lambda: leader_of(cluster) == preferred, message="the preferred leader back")
+
+
+def test_elect_leaders_through_the_admin_api(cluster):
+    """ElectLeaders (KIP-460) as confluent-kafka's elect_leaders sends it."""
+    create_topic(cluster)
+    preferred = partition_meta(cluster)[0].replicas[0]
+    cluster.brokers[preferred].kill()
+    wait_until(lambda: leader_of(cluster, via=cluster.live()[0]) not in (-1, preferred),
+               timeout=30, message="a new leader")
+    cluster.brokers[preferred].start()
+    wait_until(lambda: len(partition_meta(cluster)[0].isr) == 3, timeout=30,
+               message="the preferred replica back in sync")
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap()})
+    ours, missing = KafkaTopicPartition(TOPIC, 0), KafkaTopicPartition(TOPIC, 7)
+
+    def elect(kind, partitions):
+        return {tp: None if error is None else error.code()
+                for tp, error in admin.elect_leaders(kind, partitions).result(30).items()}
+
+    assert elect(ElectionType.PREFERRED, [ours, missing]) == {
+        ours: None, missing: KafkaError.UNKNOWN_TOPIC_OR_PART}
+    assert leader_of(cluster) == preferred  # in the view once the answer came
+    assert elect(ElectionType.PREFERRED, [ours]) == {ours: KafkaError.ELECTION_NOT_NEEDED}
+    assert elect(ElectionType.UNCLEAN, [ours]) == {ours: KafkaError.ELECTION_NOT_NEEDED}
+    assert elect(ElectionType.PREFERRED, None) == {}  # every partition: none to change
+    result = run_cli("leader-election", "--bootstrap-server", cluster.bootstrap(),
+                     "--election-type", "preferred", "--topic", TOPIC, "--partition", "0")
+    assert (result.returncode, result.stdout) == (
+        0, f"Valid replica already elected for partitions {TOPIC}-0\n"), result.stderr
 
 
 def test_auto_leader_rebalance_restores_the_preferred_leader(tmp_path, zk_connect):

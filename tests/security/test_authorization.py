@@ -259,6 +259,15 @@ def test_authorized_operations_are_what_the_acls_allow(broker, admin):
         answer = wire.call(ApiKey.DESCRIBE_CLUSTER, 0,
                            {"include_cluster_authorized_operations": True})
     assert (answer["error_code"], answer["cluster_authorized_operations"]) == (0, 0)
+    # ...nor may it elect leaders (Cluster Alter).
+    with wire_from("127.0.0.2", broker.bootstrap) as wire:
+        answer = wire.call(ApiKey.ELECT_LEADERS, 1, {"election_type": 0, "timeout_ms": 1000,
+                                                     "topic_partitions": [
+                                                         {"topic": "ops.all",
+                                                          "partition_id": [0]}]})
+    [[result]] = [t["partition_result"] for t in answer["replica_election_results"]]
+    assert answer["error_code"] == result["error_code"] == \
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED
     # Not asked for: not given (Metadata v12 through the wire).
     with WireClient(broker.bootstrap) as wire:
         plain = wire.call(ApiKey.METADATA, 12, {"topics": [{"name": "ops.all"}]})

@@ -64,3 +64,28 @@ CREATE_PARTITIONS = Message(
         )),
     ),
 )
+
+# ElectLeaders (KIP-460): election_type 0 preferred, 1 unclean (v1+; v0 is preferred).
+ELECT_LEADERS = Message(
+    key=43, name='ElectLeaders', versions='0-2', flexible='2+',
+    request=(
+        F('election_type', 'int8', '1+'),
+        F('topic_partitions', '[]', nullable='0+', fields=(  # null: every partition
+            F('topic', 'string'),
+            F('partition_id', '[]int32'),
+        )),
+        F('timeout_ms', 'int32', default=60000),
+    ),
+    response=(
+        F('throttle_time_ms', 'int32'),
+        F('error_code', 'int16', '1+', default=0),
+        F('replica_election_results', '[]', fields=(
+            F('topic', 'string'),
+            F('partition_result', '[]', fields=(
+                F('partition_id', 'int32'),
+                F('error_code', 'int16'),
+                F('error_message', 'string', nullable='0+', default=None),
+            )),
+        )),
+    ),
+)
