@@ -33,7 +33,8 @@ The checks (resource: operation), per API:
 * InitProducerId -- TransactionalId Write; without one Cluster IdempotentWrite or Write
   on any topic (KIP-679).
 * DescribeAcls, DescribeUserScramCredentials -- Cluster Describe; CreateAcls, DeleteAcls,
-  AlterUserScramCredentials, ElectLeaders -- Cluster Alter.
+  AlterUserScramCredentials, ElectLeaders, AlterPartitionReassignments -- Cluster Alter;
+  ListPartitionReassignments -- Cluster Describe.
 * ApiVersions, SaslHandshake, SaslAuthenticate -- none.
 """
 
@@ -117,6 +118,8 @@ class RequestAuthorization:
             ApiKey.LIST_OFFSETS: self._list_offsets, ApiKey.METADATA: self._metadata,
             ApiKey.DESCRIBE_CLUSTER: self._describe_cluster,
             ApiKey.ELECT_LEADERS: self._elect_leaders,
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS: self._alter_reassignments,
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: self._list_reassignments,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self._offset_for_leader_epoch,
             ApiKey.CREATE_TOPICS: self._create_topics, ApiKey.DELETE_TOPICS: self._delete_topics,
             ApiKey.CREATE_PARTITIONS: self._create_partitions,
@@ -267,6 +270,20 @@ class RequestAuthorization:
                     {"partition_id": p, "error_code": CLUSTER_AUTHORIZATION_FAILED,
                      "error_message": DENIED} for p in t["partition_id"]]}
                 for t in body["topic_partitions"] or []]})
+
+    def _alter_reassignments(self, body: dict, version: int, access: Access) -> Verdict:
+        if access.cluster(Op.ALTER):
+            return Verdict(body)
+        return Verdict(response={
+            "throttle_time_ms": 0, "error_code": CLUSTER_AUTHORIZATION_FAILED,
+            "error_message": DENIED, "responses": []})
+
+    def _list_reassignments(self, body: dict, version: int, access: Access) -> Verdict:
+        if access.cluster(Op.DESCRIBE):
+            return Verdict(body)
+        return Verdict(response={
+            "throttle_time_ms": 0, "error_code": CLUSTER_AUTHORIZATION_FAILED,
+            "error_message": DENIED, "topics": []})
 
     def _metadata_topics(self, body: dict, version: int, access: Access) -> Verdict:
         requested = body["topics"]

@@ -256,16 +256,33 @@ def decode_preferred_election(data: bytes) -> list[tuple[str, int]]:
     return [(str(p["topic"]), int(p["partition"])) for p in node.get("partitions", [])]
 
 
-def encode_reassignment(targets: Mapping[tuple[str, int], tuple[int, ...]]) -> bytes:
-    return json.dumps({"version": 1, "partitions": [
-        {"topic": topic, "partition": partition, "replicas": list(replicas)}
-        for (topic, partition), replicas in sorted(targets.items())]}).encode()
+def encode_reassignment(targets: Mapping[tuple[str, int], tuple[int, ...]],
+                        originals: Mapping[tuple[str, int], tuple[int, ...]] | None = None
+                        ) -> bytes:
+    """``/admin/reassign_partitions``; with a partition's replicas before the reassignment
+    (pylog's "original_replicas", kept by AlterPartitionReassignments to list and cancel
+    it)."""
+    originals = originals or {}
+    entries = []
+    for (topic, partition), replicas in sorted(targets.items()):
+        entry = {"topic": topic, "partition": partition, "replicas": list(replicas)}
+        if (topic, partition) in originals:
+            entry["original_replicas"] = list(originals[(topic, partition)])
+        entries.append(entry)
+    return json.dumps({"version": 1, "partitions": entries}).encode()
 
 
 def decode_reassignment(data: bytes) -> dict[tuple[str, int], tuple[int, ...]]:
     node = json.loads(data)
     return {(str(p["topic"]), int(p["partition"])): tuple(int(r) for r in p["replicas"])
             for p in node.get("partitions", [])}
+
+
+def decode_reassignment_originals(data: bytes) -> dict[tuple[str, int], tuple[int, ...]]:
+    """The "original_replicas" of the entries that have them."""
+    node = json.loads(data)
+    return {(str(p["topic"]), int(p["partition"])): tuple(int(r) for r in p["original_replicas"])
+            for p in node.get("partitions", []) if p.get("original_replicas") is not None}
 
 
 def encode_controller(broker_id: int, now_ms: int) -> bytes:

@@ -69,16 +69,18 @@ class Reassigner:
             return
         try:
             targets = layout.decode_reassignment(data)
+            originals = layout.decode_reassignment_originals(data)
         except (ValueError, KeyError, TypeError):
             log.error("ignoring unreadable %s; deleting it", layout.REASSIGN_PARTITIONS)
-            targets = {}
+            targets, originals = {}, {}
         remaining = {key: target for key, target in targets.items()
                      if not self._advance(key, target, eligible)}
         if remaining == targets:
             return
         if remaining:
             self._commit(lambda txn: txn.set_data(layout.REASSIGN_PARTITIONS,
-                                                  layout.encode_reassignment(remaining),
+                                                  layout.encode_reassignment(remaining,
+                                                                             originals),
                                                   version=stat.version))
         else:
             self._commit(lambda txn: txn.delete(layout.REASSIGN_PARTITIONS,

@@ -49,6 +49,9 @@ from pylog.types import BrokerEndpoint, ListenerEndpoint
 
 log = logging.getLogger(__name__)
 
+# Partition -> replicas, of the pending reassignments.
+Reassignments = dict[tuple[str, int], tuple[int, ...]]
+
 # View changes after which the controller has to look at partition states again.
 _CONTROLLER_EVENTS = {view_events.BROKERS, view_events.TOPICS, view_events.ASSIGNMENT,
                       view_events.DELETIONS, view_events.SHUTDOWNS, view_events.PREFERRED,
@@ -358,6 +361,45 @@ class ZkClusterMetadata:
             except NodeExistsError:
                 pass
 
+    def reassignments(self) -> tuple[Reassignments, Reassignments]:
+        """The pending reassignments: (target replicas, replicas before it where known)."""
+        with self._zookeeper("listing partition reassignments"):
+            try:
+                data, _ = self._client.get(layout.REASSIGN_PARTITIONS)
+            except NoNodeError:
+                return {}, {}
+        return _decode_reassignments(data)
+
+    def alter_reassignments(self, change: Callable[[Reassignments, Reassignments], None]
+                            ) -> None:
+        """Rewrite ``/admin/reassign_partitions``: ``change(targets, originals)`` edits
+        them in place (whatever it raises leaves the node as it was). A read-modify-write
+        conditional on the node's version, so a controller finishing a partition
+        meanwhile is not undone."""
+        with self._zookeeper("altering partition reassignments"):
+            for _ in range(10):
+                try:
+                    data, stat = self._client.get(layout.REASSIGN_PARTITIONS)
+                    targets, originals = _decode_reassignments(data)
+                except NoNodeError:
+                    stat, targets, originals = None, {}, {}
+                change(targets, originals)
+                encoded = layout.encode_reassignment(targets, originals)
+                try:
+                    if stat is None:
+                        if targets:
+                            self._client.create(layout.REASSIGN_PARTITIONS, encoded,
+                                                makepath=True)
+                    elif targets:
+                        self._client.set(layout.REASSIGN_PARTITIONS, encoded,
+                                         version=stat.version)
+                    else:
+                        self._client.delete(layout.REASSIGN_PARTITIONS, version=stat.version)
+                    return
+                except (BadVersionError, NodeExistsError, NoNodeError):
+                    continue  # the controller (or another broker) wrote it meanwhile
+        raise RequestTimedOutError("the pending reassignments kept changing; try again")
+
     def set_unclean_leader_election_default(self, enabled: bool) -> None:
         """``unclean.leader.election.enable`` for topics without their own, changed while
         the broker runs (a dynamic broker config). When this broker is the controller and
@@ -486,6 +528,14 @@ class ZkClusterMetadata:
             return
         if self._controller.elect():
             self._controller.reconcile()
+
+
+def _decode_reassignments(data: bytes):
+    try:
+        return layout.decode_reassignment(data), layout.decode_reassignment_originals(data)
+    except (ValueError, KeyError, TypeError):
+        log.warning("%s is unreadable; taken as no reassignment", layout.REASSIGN_PARTITIONS)
+        return {}, {}
 
 
 def _all_led(topic: TopicMetadata | None, assignment: Mapping[int, tuple[int, ...]]) -> bool:

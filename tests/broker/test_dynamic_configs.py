@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import (
     AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, ResourceType)
 

@@ -19,7 +19,7 @@ import urllib.request
 import pytest
 from confluent_kafka import ElectionType, KafkaError, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from pylog.client.admin import Admin
 from pylog.client.connection import BrokerConnection
@@ -587,3 +587,67 @@ def test_metrics_show_under_replication_and_isr_changes(tmp_path, zk_connect):
         assert sum(gauge(b, "pylog_offline_partitions") for b in cluster.brokers) == 0
     finally:
         cluster.close()
+
+
+def test_reassignment_through_the_admin_api_lists_and_cancels(cluster):
+    """AlterPartitionReassignments and ListPartitionReassignments (KIP-455) as kafka-python
+    sends them: a move that cannot finish (its new replica was killed; still registered
+    for a few seconds, so the move is accepted) is listed with what it adds and removes,
+    then cancelled back; a move that can finish, finishes."""
+    from kafka import TopicPartition as KpPartition
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import (InvalidReplicationAssignmentError, KafkaConnectionError,
+                              NoReassignmentInProgressError, UnknownTopicOrPartitionError)
+
+    # The broker to kill must not be the controller, which kafka-python sends these to.
+    first = cluster.controller(cluster.live()[0])
+    second, third = sorted(b for b in cluster.brokers if b != first)
+    creator = AdminClient({"bootstrap.servers": cluster.bootstrap(first)})
+    creator.create_topics([NewTopic(TOPIC, 2, -1, replica_assignment=[
+        [first, second], [first, second]])])[TOPIC].result(30)
+    wait_until(lambda: all(len(p.isr) == 2 for p in partition_meta(cluster).values()),
+               message="every replica in the ISR")
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap(first))
+    p0, p1, missing = KpPartition(TOPIC, 0), KpPartition(TOPIC, 1), KpPartition(TOPIC, 9)
+
+    def retrying(call):
+        """kafka-python may refresh its metadata from the killed broker first: an
+        application would try again."""
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                return call()
+            except KafkaConnectionError:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+
+    try:
+        cluster.brokers[third].kill()
+        try:
+            assert retrying(lambda: admin.alter_partition_reassignments({
+                p0: [third, first], missing: [first], p1: None})) == {
+                p0: None, missing: UnknownTopicOrPartitionError,
+                p1: NoReassignmentInProgressError}
+            wait_until(lambda: partition_meta(cluster, first)[0].replicas ==
+                       (third, first, second), message="the new replica added")
+            assert retrying(admin.list_partition_reassignments) == {p0: {
+                "replicas": [third, first, second], "adding_replicas": [third],
+                "removing_replicas": [second]}}
+            assert retrying(lambda: admin.alter_partition_reassignments({p0: None})) == {
+                p0: None}
+            wait_until(lambda: partition_meta(cluster, first)[0].replicas == (first, second),
+                       message="the cancelled move undone")
+            wait_until(lambda: retrying(admin.list_partition_reassignments) == {},
+                       message="nothing left to move")
+        finally:
+            cluster.brokers[third].start()
+        wait_until(lambda: third in cluster.metadata(first).brokers,
+                   timeout=30, message="the killed broker back")
+        assert admin.alter_partition_reassignments({p1: [third, first, first]}) == {
+            p1: InvalidReplicationAssignmentError}
+        assert admin.alter_partition_reassignments({p1: [third]}) == {p1: None}
+        wait_until(lambda: partition_meta(cluster, first)[1].replicas == (third,), timeout=30,
+                   message="partition 1 moved to the third broker")
+        assert leader_of(cluster, 1, via=first) == third
+    finally:
+        admin.close()

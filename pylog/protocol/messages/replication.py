@@ -89,3 +89,56 @@ ELECT_LEADERS = Message(
         )),
     ),
 )
+
+# KIP-455: move replicas through a broker (kafka-reassign-partitions.sh --bootstrap-server).
+ALTER_PARTITION_REASSIGNMENTS = Message(
+    key=45, name='AlterPartitionReassignments', versions='0', flexible='0+',
+    request=(
+        F('timeout_ms', 'int32', default=60000),
+        F('topics', '[]', fields=(
+            F('name', 'string'),
+            F('partitions', '[]', fields=(
+                F('partition_index', 'int32'),
+                F('replicas', '[]int32', nullable='0+'),  # null: cancel
+            )),
+        )),
+    ),
+    response=(
+        F('throttle_time_ms', 'int32'),
+        F('error_code', 'int16'),
+        F('error_message', 'string', nullable='0+', default=None),
+        F('responses', '[]', fields=(
+            F('name', 'string'),
+            F('partitions', '[]', fields=(
+                F('partition_index', 'int32'),
+                F('error_code', 'int16'),
+                F('error_message', 'string', nullable='0+', default=None),
+            )),
+        )),
+    ),
+)
+
+LIST_PARTITION_REASSIGNMENTS = Message(
+    key=46, name='ListPartitionReassignments', versions='0', flexible='0+',
+    request=(
+        F('timeout_ms', 'int32', default=60000),
+        F('topics', '[]', nullable='0+', fields=(  # null: every pending reassignment
+            F('name', 'string'),
+            F('partition_indexes', '[]int32'),
+        )),
+    ),
+    response=(
+        F('throttle_time_ms', 'int32'),
+        F('error_code', 'int16'),
+        F('error_message', 'string', nullable='0+', default=None),
+        F('topics', '[]', fields=(
+            F('name', 'string'),
+            F('partitions', '[]', fields=(
+                F('partition_index', 'int32'),
+                F('replicas', '[]int32'),
+                F('adding_replicas', '[]int32'),
+                F('removing_replicas', '[]int32'),
+            )),
+        )),
+    ),
+)
