@@ -5,6 +5,7 @@ ZooKeeper-era kafka-reassign-partitions.sh).
         --topics-to-move-json-file topics.json --broker-list 1,2,3
     pylog partitions reassign --zookeeper zk:2181 --execute --reassignment-json-file plan.json
     pylog partitions reassign --zookeeper zk:2181 --verify --reassignment-json-file plan.json
+    pylog partitions reassign --bootstrap-server b:9092 --execute --reassignment-json-file plan.json
 
 --generate prints the current assignment of the topics and a proposal that places them
 over the given brokers, keeping each topic's replication factor. Nothing is written.
@@ -13,6 +14,10 @@ over the given brokers, keeping each topic's replication factor. Nothing is writ
 twice in a partition, no partition twice), prints the current assignment (keep it to roll
 back) and writes /admin/reassign_partitions, which the controller carries out. It is
 refused while another reassignment is in progress; nothing is written when a check fails.
+
+With --bootstrap-server instead of --zookeeper the tool asks a broker, as Kafka 3's tool
+does (Metadata, AlterPartitionReassignments, ListPartitionReassignments): --execute then
+adds its partitions to a reassignment already under way instead of being refused.
 
 --verify prints, per partition of the plan, whether its reassignment is completed, still
 in progress, or failed (no longer pending, yet the replicas differ from the plan).
@@ -28,11 +33,12 @@ from __future__ import annotations
 
 import argparse
 import enum
+from contextlib import contextmanager
 from typing import Iterable, Mapping
 
+from pylog.cli._security import add_command_config_argument, security_from_args
 from pylog.cli._zookeeper import (
-    add_zookeeper_argument, check_connect, read_assignments, read_node, registered_brokers,
-    zookeeper_session)
+    check_connect, read_assignments, read_node, registered_brokers, zookeeper_session)
 from pylog.cluster.placement import assign_replicas
 from pylog.cluster.reassignment_json import (
     REASSIGN_PARTITIONS, PartitionReassignment, check_against_cluster, decode_reassignment,
@@ -55,7 +61,13 @@ def register(subparsers) -> None:
         "partitions", help="reassign partition replicas to other brokers",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("action", choices=["reassign"], help="reassign: move replicas")
-    add_zookeeper_argument(parser)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--zookeeper", metavar="HOST:PORT[,...][/chroot]",
+                       help="the cluster's zookeeper.connect")
+    where.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]",
+                       help="ask a broker instead (AlterPartitionReassignments): moves join "
+                            "those under way")
+    add_command_config_argument(parser)
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--generate", action="store_true",
                       help="propose an assignment of --topics-to-move-json-file over --broker-list")
@@ -74,7 +86,8 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    check_connect(args.zookeeper)
+    if args.zookeeper is not None:
+        check_connect(args.zookeeper)
     if args.generate:
         return generate(args)
     if args.execute:
@@ -90,9 +103,9 @@ def generate(args) -> int:
     _require(args, "--generate", "--broker-list")
     broker_ids = parse_broker_list(args.broker_list)
     topics = parse_topics_to_move(read_text(source, "--topics-to-move-json-file"), source)
-    with zookeeper_session(args.zookeeper) as client:
-        assignments = read_assignments(client, topics)
-        registered = registered_brokers(client)
+    with _cluster(args) as cluster:
+        assignments = cluster.assignments(topics)
+        registered = cluster.registered()
     missing = [topic for topic in topics if topic not in assignments]
     if missing:
         raise ConfigError("--topics-to-move-json-file",
@@ -110,14 +123,11 @@ def generate(args) -> int:
 
 
 def execute(args) -> int:
-    from kazoo.exceptions import NodeExistsError
-
     plan, source = _read_plan(args, "--execute")
-    with zookeeper_session(args.zookeeper) as client:
-        if client.exists(REASSIGN_PARTITIONS):
-            raise _in_progress()
-        assignments = read_assignments(client, sorted({r.topic for r in plan}))
-        check_against_cluster(plan, assignments, registered_brokers(client), source)
+    with _cluster(args) as cluster:
+        cluster.check_can_start()
+        assignments = cluster.assignments(sorted({r.topic for r in plan}))
+        check_against_cluster(plan, assignments, cluster.registered(), source)
         current = [PartitionReassignment(r.topic, r.partition, assignments[r.topic][r.partition])
                    for r in plan]
         print(CURRENT_HEADING)
@@ -125,10 +135,7 @@ def execute(args) -> int:
         print(_json(current))
         print()
         print("Save this to use as the --reassignment-json-file option during rollback")
-        try:
-            client.create(REASSIGN_PARTITIONS, encode_reassignment(plan), makepath=True)
-        except NodeExistsError:
-            raise _in_progress() from None
+        cluster.start(plan)
     print("Successfully started reassignment of partitions "
           + ",".join(str(tp) for tp in sorted(r.tp for r in plan)))
     return 0
@@ -136,9 +143,9 @@ def execute(args) -> int:
 
 def verify(args) -> int:
     plan, _ = _read_plan(args, "--verify")
-    with zookeeper_session(args.zookeeper) as client:
-        pending = {r.tp for r in decode_reassignment(read_node(client, REASSIGN_PARTITIONS))}
-        assignments = read_assignments(client, sorted({r.topic for r in plan}))
+    with _cluster(args) as cluster:
+        pending = cluster.pending()
+        assignments = cluster.assignments(sorted({r.topic for r in plan}))
     print("Status of partition reassignment:")
     statuses = []
     for requested in plan:
@@ -206,6 +213,78 @@ def status_line(requested: PartitionReassignment, status: ReassignmentStatus,
     actual = "the partition does not exist" if current is None else \
         f"its replicas are {_ids(current)}"
     return f"{head} failed: {actual}, expected {_ids(requested.replicas)}."
+
+
+# -- where the cluster is read and the moves written ---------------------------------
+
+class _ZooKeeperCluster:
+    """``--zookeeper``: the nodes, as the ZooKeeper-era tool reads and writes them."""
+
+    def __init__(self, client) -> None:
+        self.client = client
+
+    def assignments(self, topics: list[str] | None) -> dict[str, dict[int, tuple[int, ...]]]:
+        return read_assignments(self.client, topics)
+
+    def registered(self) -> list[int]:
+        return registered_brokers(self.client)
+
+    def pending(self) -> set[TopicPartition]:
+        return {r.tp for r in decode_reassignment(read_node(self.client, REASSIGN_PARTITIONS))}
+
+    def check_can_start(self) -> None:
+        if self.client.exists(REASSIGN_PARTITIONS):
+            raise _in_progress()
+
+    def start(self, plan: list[PartitionReassignment]) -> None:
+        from kazoo.exceptions import NodeExistsError
+
+        try:
+            self.client.create(REASSIGN_PARTITIONS, encode_reassignment(plan), makepath=True)
+        except NodeExistsError:
+            raise _in_progress() from None
+
+
+class _BrokerCluster:
+    """``--bootstrap-server``: Metadata, and AlterPartitionReassignments /
+    ListPartitionReassignments (KIP-455), which add to the moves under way."""
+
+    def __init__(self, admin) -> None:
+        self.admin = admin
+
+    def assignments(self, topics: list[str] | None) -> dict[str, dict[int, tuple[int, ...]]]:
+        wanted = None if topics is None else set(topics)
+        return {t.name: {p: m.replicas for p, m in t.partitions.items()}
+                for t in self.admin.describe_topics() if wanted is None or t.name in wanted}
+
+    def registered(self) -> list[int]:
+        return self.admin.brokers()
+
+    def pending(self) -> set[TopicPartition]:
+        return set(self.admin.list_partition_reassignments())
+
+    def check_can_start(self) -> None:
+        pass
+
+    def start(self, plan: list[PartitionReassignment]) -> None:
+        results = self.admin.alter_partition_reassignments({r.tp: r.replicas for r in plan})
+        failed = [(tp, error) for tp, error in sorted(results.items()) if error is not None]
+        if failed:
+            tp, error = failed[0]
+            raise type(error)(f"{tp}: {error}" + (f" (and {len(failed) - 1} more)"
+                                                  if len(failed) > 1 else ""))
+
+
+@contextmanager
+def _cluster(args):
+    if args.zookeeper is not None:
+        with zookeeper_session(args.zookeeper) as client:
+            yield _ZooKeeperCluster(client)
+        return
+    from pylog.client import Admin
+
+    with Admin(args.bootstrap_server, security=security_from_args(args)) as admin:
+        yield _BrokerCluster(admin)
 
 
 # -- helpers ---------------------------------------------------------------------------

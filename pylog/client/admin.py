@@ -11,7 +11,8 @@ from pylog.client.acl_admin import AclAdmin
 from pylog.client.metadata import TopicMetadata
 from pylog.client.network import NetworkClient, check_error
 from pylog.client.results import (
-    ConfigEntry, ConfigSynonym, PartitionDescription, TopicDescription)
+    ConfigEntry, ConfigSynonym, PartitionDescription, PartitionReassignmentState,
+    TopicDescription)
 from pylog.errors import ConfigError, KafkaError
 from pylog.protocol import ApiKey
 from pylog.protocol.configs import AlterConfigOp, ConfigResourceType, ConfigSource, ConfigType
@@ -191,6 +192,59 @@ class Admin(AclAdmin):
                     p["error_message"] or f"elect the leader of {tp}")
         self._network.mark_stale()
         return results
+
+    def brokers(self) -> list[int]:
+        """The ids of the live brokers, ascending."""
+        return sorted(self._network.refresh_metadata([]).brokers)
+
+    def alter_partition_reassignments(
+            self, moves: Mapping[TopicPartition, Iterable[int] | None]
+    ) -> dict[TopicPartition, KafkaError | None]:
+        """Move partitions to new replicas (preferred leader first), as
+        ``kafka-reassign-partitions.sh --execute`` does; None cancels a pending move. The
+        controller carries the moves out in the background: see
+        :meth:`list_partition_reassignments`.
+
+        >>> admin.alter_partition_reassignments({TopicPartition("events", 0): [2, 3]})
+        {TopicPartition(topic='events', partition=0): None}
+
+        Returns per partition None (accepted) or the error: UnknownTopicOrPartitionError,
+        InvalidReplicaAssignmentError, NoReassignmentInProgressError...
+        """
+        by_topic: dict[str, list[dict]] = {}
+        for tp, replicas in moves.items():
+            by_topic.setdefault(tp.topic, []).append({
+                "partition_index": tp.partition,
+                "replicas": None if replicas is None else list(replicas)})
+        response = self._controller_request(ApiKey.ALTER_PARTITION_REASSIGNMENTS, {
+            "timeout_ms": self._timeout_ms, "topics": [
+                {"name": name, "partitions": parts} for name, parts in by_topic.items()]})
+        check_error(response["error_code"], "alter partition reassignments")
+        results: dict[TopicPartition, KafkaError | None] = {}
+        for topic in response["responses"]:
+            for p in topic["partitions"]:
+                tp = TopicPartition(topic["name"], p["partition_index"])
+                code = p["error_code"]
+                results[tp] = None if not code else KafkaError.for_code(code)(
+                    p["error_message"] or f"reassign {tp}")
+        return results
+
+    def list_partition_reassignments(self, partitions: Iterable[TopicPartition] | None = None
+                                     ) -> dict[TopicPartition, PartitionReassignmentState]:
+        """The partitions being moved (only ``partitions`` when given)."""
+        topics = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for tp in partitions:
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            topics = [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]
+        response = self._controller_request(ApiKey.LIST_PARTITION_REASSIGNMENTS, {
+            "timeout_ms": self._timeout_ms, "topics": topics})
+        check_error(response["error_code"], "list partition reassignments")
+        return {TopicPartition(topic["name"], p["partition_index"]): PartitionReassignmentState(
+                    tuple(p["replicas"]), tuple(p["adding_replicas"]),
+                    tuple(p["removing_replicas"]))
+                for topic in response["topics"] for p in topic["partitions"]}
 
     # -- configs ----------------------------------------------------------------------------
 

@@ -82,6 +82,15 @@ class OffsetOutOfRange(OffsetOutOfRangeError):
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionReassignmentState:
+    """A partition being moved: its replicas now, and which are being added and removed."""
+
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ConfigSynonym:
     """One source a config's value could come from, in precedence order (DescribeConfigs)."""
 

@@ -589,7 +589,7 @@ def test_metrics_show_under_replication_and_isr_changes(tmp_path, zk_connect):
         cluster.close()
 
 
-def test_reassignment_through_the_admin_api_lists_and_cancels(cluster):
+def test_reassignment_through_the_admin_api_lists_and_cancels(cluster, tmp_path):
     """AlterPartitionReassignments and ListPartitionReassignments (KIP-455) as kafka-python
     sends them: a move that cannot finish (its new replica was killed; still registered
     for a few seconds, so the move is accepted) is listed with what it adds and removes,
@@ -651,3 +651,15 @@ def test_reassignment_through_the_admin_api_lists_and_cancels(cluster):
         assert leader_of(cluster, 1, via=first) == third
     finally:
         admin.close()
+    # The same through pylog's tool, as kafka-reassign-partitions.sh --bootstrap-server.
+    plan = tmp_path / "back.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": TOPIC, "partition": 1, "replicas": [first, second]}]}))
+    tool = ("partitions", "reassign", "--bootstrap-server", cluster.bootstrap(first),
+            "--reassignment-json-file", str(plan))
+    started = run_cli(*tool, "--execute")
+    assert started.returncode == 0, started.stderr
+    assert f"Successfully started reassignment of partitions {TOPIC}-1" in started.stdout
+    wait_until(lambda: run_cli(*tool, "--verify").returncode == 0, timeout=30,
+               message="the tool's move verified")
+    assert partition_meta(cluster, first)[1].replicas == (first, second)
