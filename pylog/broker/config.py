@@ -371,11 +371,25 @@ DYNAMIC_IGNORED = frozenset({
     "sasl.kerberos.min.time.before.relogin", "sasl.kerberos.principal.to.local.rules"})
 
 
+# A listener's TLS settings, changed per broker with the listener's prefix
+# (``listener.name.ssl.ssl.keystore.location``): new connections get the new certificate.
+DYNAMIC_LISTENER_SETTINGS = frozenset({
+    "ssl.keystore.location", "ssl.key.password", "ssl.keystore.type",
+    "ssl.truststore.location", "ssl.truststore.type", "ssl.client.auth",
+    "ssl.enabled.protocols"})
+
+
+def is_listener_tls_key(key: str) -> bool:
+    """``listener.name.<listener>.ssl.*`` that may change while the broker runs."""
+    match = _LISTENER_KEY.match(key)
+    return bool(match) and match["setting"] in DYNAMIC_LISTENER_SETTINGS
+
+
 def dynamic_kind(key: str) -> str:
     """How AlterConfigs treats broker setting ``key``: ``"dynamic"`` (applied at once),
     ``"ignored"`` (a Kafka setting pylog does not use, taken), ``"static"`` (needs a
     restart) or ``"unknown"``."""
-    if key in DYNAMIC_SETTINGS:
+    if key in DYNAMIC_SETTINGS or is_listener_tls_key(key):
         return "dynamic"
     if key in DYNAMIC_IGNORED:
         return "ignored"
@@ -476,7 +490,7 @@ class BrokerConfig:
             if kind == "ignored":
                 _unused(key, text)
             elif kind == "dynamic":
-                values[key] = _SETTINGS[key][0](key, text)
+                values[key] = _SETTINGS[_listener_setting(key)][0](key, text)
             else:
                 raise ConfigError(key, "cannot change while the broker runs"
                                   if kind == "static" else unknown_setting(key))

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import Collection, Mapping
 
-from pylog.broker.config import BrokerConfig, BrokerSetting, broker_settings, dynamic_kind
+from pylog.broker.config import (
+    BrokerConfig, BrokerSetting, broker_settings, dynamic_kind, is_listener_tls_key)
 from pylog.log import LogConfig
 from pylog.log.topic_configs import TOPIC_CONFIGS, TopicConfigKey
 from pylog.protocol.configs import ConfigSource, ConfigType
@@ -138,8 +139,8 @@ def broker_entries(broker: BrokerConfig, keys: Collection[str] | None = None, *,
     ignored = {name for layer in dynamic for name in layer if name not in settings}
     entries = []
     for name in _wanted(sorted(set(settings) | ignored), keys):
-        setting = settings.get(name) or BrokerSetting(name, "string", None,
-                                                      "a Kafka setting pylog does not use")
+        setting = settings.get(name) or _listener_entry(name, settings) or BrokerSetting(
+            name, "string", None, "a Kafka setting pylog does not use")
         synonyms = _dynamic_synonyms(name, dynamic)
         static = setting_text(broker[name]) if name in settings else None
         if name in settings and (static is not None or name in broker.explicit or not synonyms):
@@ -152,6 +153,14 @@ def broker_entries(broker: BrokerConfig, keys: Collection[str] | None = None, *,
                               synonyms=synonyms, include_synonyms=include_synonyms,
                               include_documentation=include_documentation))
     return entries
+
+
+def _listener_entry(name: str, settings: dict[str, BrokerSetting]) -> BrokerSetting | None:
+    """``listener.name.<l>.ssl.*`` set dynamically, described as the setting it overrides."""
+    if not is_listener_tls_key(name):
+        return None
+    base = settings[name.split(".", 3)[3]]
+    return BrokerSetting(name, base.type, None, f"{base.description} (this listener)")
 
 
 def default_broker_entries(default: Mapping[str, str], keys: Collection[str] | None = None,

@@ -26,7 +26,9 @@ import logging
 import threading
 from typing import Callable
 
-from pylog.broker.config import BrokerConfig, dynamic_kind, unknown_setting
+from pylog.broker.config import (
+    BrokerConfig, dynamic_kind, is_listener_tls_key, unknown_setting)
+from pylog.broker.config_entries import is_sensitive
 from pylog.broker.dynamic_store import DEFAULT_ENTITY, BrokerConfigStore
 from pylog.errors import ConfigError, InvalidConfigError, InvalidRequestError
 
@@ -67,17 +69,23 @@ class DynamicBrokerConfig:
             if since is not None and since.values != self.current.values:
                 callback(since, self.current)
 
-    def refresh(self) -> None:
-        """Read the store's configs again and apply what changed."""
+    def refresh(self, force: bool = False) -> None:
+        """Read the store's configs again and apply what changed (``force``: call the
+        reconfigure callbacks even if nothing did, so that files named again, such as a
+        keystore replaced in place, are read again)."""
         with self._lock:
             old = self.current
             self._load()
             if self.current.values == old.values:
+                if force:
+                    for callback in list(self._reconfigurables):
+                        callback(old, self.current)
                 return
             changed = {key: self.current[key] for key in self.current.values
                        if self.current[key] != old.values.get(key)}
             log.info("dynamic broker configs applied: %s", ", ".join(
-                f"{key}={value}" for key, value in sorted(changed.items())))
+                f"{key}={'(secret)' if is_sensitive(key) else value}"
+                for key, value in sorted(changed.items())))
             for callback in list(self._reconfigurables):
                 try:
                     callback(old, self.current)
@@ -131,8 +139,9 @@ class DynamicBrokerConfig:
         configs = self.store.alter(entity, checked)
         log.info("dynamic configs of %s are now %s",
                  "the cluster default" if entity == DEFAULT_ENTITY else f"broker {entity}",
-                 configs)
-        self.refresh()
+                 {key: "(secret)" if is_sensitive(key) else value
+                  for key, value in configs.items()})
+        self.refresh(force=True)
         return configs
 
     def check(self, entity: str, proposed: Configs) -> None:
@@ -140,9 +149,15 @@ class DynamicBrokerConfig:
         ``entity``'s dynamic configs on this broker."""
         static = [key for key in proposed if dynamic_kind(key) == "static"]
         if static:
+            hint = ("; a listener's TLS settings change per broker as "
+                    f"listener.name.<listener>.{static[0]}" if static[0].startswith("ssl.")
+                    else "; set in server.properties and restart the broker")
             raise InvalidRequestError(
-                f"{', '.join(sorted(static))}: cannot be changed while the broker runs; "
-                f"set in server.properties and restart the broker")
+                f"{', '.join(sorted(static))}: cannot be changed while the broker runs{hint}")
+        tls = [key for key in proposed if is_listener_tls_key(key)]
+        if tls and entity == DEFAULT_ENTITY:
+            raise InvalidRequestError(f"{tls[0]}: a listener's TLS settings are set per "
+                                      f"broker, not as the cluster default")
         unknown = [key for key in proposed if dynamic_kind(key) == "unknown"]
         if unknown:
             raise InvalidConfigError(f"{unknown[0]}: {unknown_setting(unknown[0])}")
@@ -150,7 +165,10 @@ class DynamicBrokerConfig:
         layers[entity] = proposed
         try:
             self.static.with_dynamic(proposed)  # valid alone, and with this broker's others
-            self.static.with_dynamic({**layers[DEFAULT_ENTITY], **layers[self.entity]})
+            config = self.static.with_dynamic({**layers[DEFAULT_ENTITY], **layers[self.entity]})
+            for listener in config.listeners:
+                if listener.uses_tls:  # the files must load: a certificate that does not
+                    config.tls_settings(listener.name).server_context()  # is refused now
         except ConfigError as error:
             raise InvalidConfigError(f"{error.key}: {error.problem}") from None
 

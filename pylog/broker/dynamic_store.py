@@ -86,7 +86,8 @@ class FileBrokerConfigStore:
                 entities.pop(entity, None)
             text = json.dumps({"version": 1, "brokers": entities}, indent=1, sort_keys=True)
             try:
-                write_text_atomically(self.path, text + "\n")
+                # 0600: a listener's ssl.key.password may be among them.
+                write_text_atomically(self.path, text + "\n", mode=0o600)
             except OSError as exc:
                 raise KafkaStorageError(f"cannot write {self.path}: "
                                         f"{exc.strerror or exc}") from None

@@ -11,7 +11,9 @@ implementation: ZooKeeper when ``zookeeper.connect`` is set, standalone otherwis
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 import signal
 import socket
 import threading
@@ -69,6 +71,17 @@ def build_cluster_metadata(config: BrokerConfig, endpoint: BrokerEndpoint) -> Cl
     return StandaloneMetadata(config.log_dirs[0], endpoint, cluster_id)
 
 
+def _file_stamp(path: str | None) -> tuple | None:
+    """(inode, mtime, size) of a file, to see it was replaced; None without one."""
+    if not path:
+        return None
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns, stat.st_size
+
+
 class Broker:
     """One pylog broker.
 
@@ -107,6 +120,8 @@ class Broker:
         self._budget: RequestBudget | None = None
         self.txn_markers: TxnMarkerService | None = None  # WriteTxnMarkers; marker listeners
         self._servers: list[tuple[ListenerSpec, socket.socket]] = []
+        # What each TLS listener's context was built from: settings and file stamps.
+        self._tls_stamps: dict[str, tuple] = {}
         self._processors: list[Processor] = []
         self._acceptors: list[Acceptor] = []
         self._stopped = threading.Event()
@@ -261,6 +276,12 @@ class Broker:
         self._acceptors = [Acceptor(server, self._processors, config["socket.send.buffer.bytes"],
                                     config["socket.receive.buffer.bytes"], spec, quotas)
                            for spec, server in self._servers]
+        for spec, _ in self._servers:
+            if spec.tls is not None:
+                settings = initial.tls_settings(spec.name)
+                self._tls_stamps[spec.name] = (
+                    settings, _file_stamp(settings.keystore_location),
+                    _file_stamp(settings.truststore_location))
         dynamic.add_reconfigurable(self._reconfigure(logs, quotas), since=initial)
         for acceptor in self._acceptors:
             acceptor.start()
@@ -288,7 +309,30 @@ class Broker:
             if unclean != old["unclean.leader.election.enable"] and \
                     hasattr(metadata, "set_unclean_leader_election_default"):
                 metadata.set_unclean_leader_election_default(unclean)
+            for acceptor in self._acceptors:
+                self._reload_tls(acceptor, new)
         return apply
+
+    def _reload_tls(self, acceptor: Acceptor, config: BrokerConfig) -> None:
+        """A TLS listener whose settings or keystore/truststore files changed takes a new
+        context: new connections present the new certificate, open ones keep theirs."""
+        spec = acceptor.listener
+        if spec.tls is None:
+            return
+        settings = config.tls_settings(spec.name)
+        stamp = (settings, _file_stamp(settings.keystore_location),
+                 _file_stamp(settings.truststore_location))
+        if self._tls_stamps.get(spec.name) == stamp:
+            return
+        try:
+            context = settings.server_context()
+        except ConfigError as error:
+            log.error("listener %s keeps its TLS certificate: %s", spec.name, error)
+            return
+        acceptor.listener = dataclasses.replace(spec, tls=context)
+        self._tls_stamps[spec.name] = stamp
+        log.info("listener %s: TLS context reloaded from %s", spec.name,
+                 settings.keystore_location)
 
     def stop(self) -> None:
         """Stop serving, then flush and close every log with a clean-shutdown marker.

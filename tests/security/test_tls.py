@@ -396,3 +396,67 @@ def test_connections_idle_past_connections_max_idle_ms_are_closed(tmp_path, cert
         assert "idle for more than 1000 ms (connections.max.idle.ms) during the TLS handshake" \
             in text
         assert text.count("(connections.max.idle.ms)") >= 2
+
+
+def served_certificate(broker, certs) -> bytes:
+    """The certificate a new connection to the SSL listener is given (DER)."""
+    context = ssl.create_default_context(cafile=str(certs.truststore))
+    host, port = broker.bootstrap_for("SSL").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        with context.wrap_socket(raw, server_hostname=host) as tls:
+            return tls.getpeercert(binary_form=True)
+
+
+def test_a_listener_certificate_is_rotated_without_a_restart(broker, certs):
+    """A dynamic broker config (KIP-226) points the SSL listener at a new keystore, or
+    names the same file again once it was replaced: new connections get the new
+    certificate, open ones keep working, a keystore that cannot load is refused."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    from pylog.client import Admin
+    from pylog.errors import InvalidRequestError
+    from pylog.testing.certs import HOSTS
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    key = "listener.name.ssl.ssl.keystore.location"
+
+    def alter(operation, value=None, name="0"):
+        resource = ConfigResource(ResourceType.BROKER, name, incremental_configs=[
+            ConfigEntry(key, value, incremental_operation=operation)])
+        return admin.incremental_alter_configs([resource])[resource]
+
+    def der(path) -> bytes:
+        pem = path.read_bytes()
+        start = pem.index(b"-----BEGIN CERTIFICATE-----")
+        return x509.load_pem_x509_certificate(pem[start:]).public_bytes(Encoding.DER)
+
+    original = served_certificate(broker, certs)
+    assert original == der(certs.keystore)
+    open_consumer_settings = ssl_settings(broker, certs)
+    produce(open_consumer_settings, "rotated", [b"before"])
+    rotated = certs.directory / "rotated.pem"
+    certs.ca.issue("broker-2", HOSTS).write_keystore(rotated, certs.key_password)
+    alter(AlterConfigOpType.SET, str(rotated)).result(15)
+    try:
+        assert served_certificate(broker, certs) == der(rotated) != original
+        # Replaced in place and named again: read again.
+        certs.ca.issue("broker-3", HOSTS).write_keystore(rotated, certs.key_password)
+        alter(AlterConfigOpType.SET, str(rotated)).result(15)
+        assert served_certificate(broker, certs) == der(rotated)
+        with pytest.raises(KafkaException) as refused:
+            alter(AlterConfigOpType.SET, str(certs.directory / "missing.pem")).result(15)
+        assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
+        assert key in refused.value.args[0].str()
+        assert served_certificate(broker, certs) == der(rotated)
+        # Per broker only (librdkafka cannot name the cluster default; pylog's Admin can).
+        with Admin(broker.bootstrap) as pylog_admin, \
+                pytest.raises(InvalidRequestError, match="per broker"):
+            pylog_admin.incremental_alter_configs("broker", "", set_configs={
+                key: str(rotated)})
+        produce(open_consumer_settings, "rotated", [b"after"])
+        assert consume(ssl_settings(broker, certs), "rotated", 2) == [b"before", b"after"]
+    finally:
+        alter(AlterConfigOpType.DELETE).result(15)
+    assert served_certificate(broker, certs) == original
