@@ -34,7 +34,7 @@ The checks (resource: operation), per API:
   on any topic (KIP-679).
 * DescribeAcls, DescribeUserScramCredentials -- Cluster Describe; CreateAcls, DeleteAcls,
   AlterUserScramCredentials, ElectLeaders, AlterPartitionReassignments -- Cluster Alter;
-  ListPartitionReassignments -- Cluster Describe.
+  ListPartitionReassignments, DescribeLogDirs -- Cluster Describe.
 * ApiVersions, SaslHandshake, SaslAuthenticate -- none.
 """
 
@@ -120,6 +120,7 @@ class RequestAuthorization:
             ApiKey.ELECT_LEADERS: self._elect_leaders,
             ApiKey.ALTER_PARTITION_REASSIGNMENTS: self._alter_reassignments,
             ApiKey.LIST_PARTITION_REASSIGNMENTS: self._list_reassignments,
+            ApiKey.DESCRIBE_LOG_DIRS: self._describe_log_dirs,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self._offset_for_leader_epoch,
             ApiKey.CREATE_TOPICS: self._create_topics, ApiKey.DELETE_TOPICS: self._delete_topics,
             ApiKey.CREATE_PARTITIONS: self._create_partitions,
@@ -284,6 +285,12 @@ class RequestAuthorization:
         return Verdict(response={
             "throttle_time_ms": 0, "error_code": CLUSTER_AUTHORIZATION_FAILED,
             "error_message": DENIED, "topics": []})
+
+    def _describe_log_dirs(self, body: dict, version: int, access: Access) -> Verdict:
+        if access.cluster(Op.DESCRIBE):
+            return Verdict(body)
+        return Verdict(response={"throttle_time_ms": 0,
+                                 "error_code": CLUSTER_AUTHORIZATION_FAILED, "results": []})
 
     def _metadata_topics(self, body: dict, version: int, access: Access) -> Verdict:
         requested = body["topics"]

@@ -54,3 +54,27 @@ def test_produce_and_consume_with_defaults(broker):
     assert [r.offset for r in tail] == list(range(140, 150))
     assert consumer.poll(timeout_ms=500) == {}  # nothing from the paused partition
     consumer.close()
+
+
+def test_describe_log_dirs_gives_each_partitions_size(broker):
+    """DescribeLogDirs, as kafka-log-dirs.sh and kafka-python's describe_log_dirs ask."""
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    admin.create_topics([NewTopic("sized", 2, 1)])
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    for i in range(20):
+        producer.send("sized", b"x" * 100, partition=i % 2)
+    producer.flush()
+    [answer] = admin.describe_log_dirs({"sized": [0, 1]})
+    [log_dir] = answer["log_dirs"]
+    assert (answer["broker"], log_dir["error_code"]) == (0, 0)
+    assert log_dir["log_dir"] == str(broker.log_dir.resolve())
+    assert 0 < log_dir["usable_bytes"] <= log_dir["total_bytes"]
+    [topic] = log_dir["topics"]
+    sizes = {p["partition_index"]: p["partition_size"] for p in topic["partitions"]}
+    on_disk = {p: sum(f.stat().st_size for f in (broker.log_dir / f"sized-{p}").glob("*.log"))
+               for p in (0, 1)}
+    assert sizes == on_disk and all(sizes.values())
+    assert [p["offset_lag"] for p in topic["partitions"]] == [0, 0]
+    [only] = admin.describe_log_dirs({"sized": [1]})[0]["log_dirs"][0]["topics"]
+    assert [p["partition_index"] for p in only["partitions"]] == [1]
+    admin.close()
