@@ -115,7 +115,8 @@ class ConfigHandlers:
             operations = resource["configs"]
             _check_unique(c["name"] for c in operations)
             broker = resource["resource_type"] == ConfigResourceType.BROKER
-            return lambda current: self._apply_operations(current, operations, broker)
+            return lambda current: self._apply_operations(
+                current, operations, broker, resource["resource_name"])
         return self._alter(body, change)
 
     def _alter(self, body: dict, change: Callable[[dict], Callable[[Overrides], Overrides]]
@@ -155,8 +156,9 @@ class ConfigHandlers:
         log.info("topic %s: config overrides are now %s", name, configs)
 
     def _apply_operations(self, current: Overrides, operations: list[dict],
-                          broker: bool = False) -> Overrides:
-        """The configs of a topic (``broker``: of a broker resource) after the operations."""
+                          broker: bool = False, resource: str = "") -> Overrides:
+        """The configs of a topic (``broker``: of broker resource ``resource``) after the
+        operations."""
         configs = dict(current)
         for operation in operations:
             name, value, kind = operation["name"], operation["value"], operation["config_operation"]
@@ -176,7 +178,8 @@ class ConfigHandlers:
                                              f"list configs ({_LIST_EXAMPLE[broker]})")
                 if value is None:
                     raise InvalidRequestError(f"{name}: {AlterConfigOp(kind).name} needs a value")
-                items = _items(configs[name] if name in configs else self._current(name, broker))
+                items = _items(configs[name] if name in configs
+                               else self._current(name, broker, resource))
                 given = _items(value)
                 if kind == AlterConfigOp.APPEND:
                     items += [item for item in given if item not in items]
@@ -193,11 +196,16 @@ class ConfigHandlers:
             return name in TOPIC_CONFIGS and TOPIC_CONFIGS[name].is_list
         return dynamic_kind(name) == "dynamic" and _BROKER_TYPES.get(name) == "list"
 
-    def _current(self, name: str, broker: bool) -> str:
-        """The value a list config has now, that APPEND and SUBTRACT start from."""
-        if broker:
-            return setting_text(self.dynamic.current[name]) or ""
-        return self.default_log_config.kafka_value(name)
+    def _current(self, name: str, broker: bool, resource: str) -> str:
+        """The value a list config has under the resource's own, that APPEND and SUBTRACT
+        start from: for a topic the broker's default; for a broker the cluster default,
+        else ``server.properties``; for the cluster default ``server.properties``."""
+        if not broker:
+            return self.default_log_config.kafka_value(name)
+        default = self.dynamic.layers[DEFAULT_ENTITY]
+        if resource.strip() and name in default:
+            return default[name]
+        return setting_text(self.dynamic.static[name]) or ""
 
     def _check(self, overrides: Overrides) -> None:
         """InvalidConfigError naming the first key that is unknown or has a bad value."""

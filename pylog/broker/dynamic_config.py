@@ -76,16 +76,13 @@ class DynamicBrokerConfig:
         with self._lock:
             old = self.current
             self._load()
-            if self.current.values == old.values:
-                if force:
-                    for callback in list(self._reconfigurables):
-                        callback(old, self.current)
+            if self.current.values == old.values and not force:
                 return
             changed = {key: self.current[key] for key in self.current.values
                        if self.current[key] != old.values.get(key)}
-            log.info("dynamic broker configs applied: %s", ", ".join(
-                f"{key}={'(secret)' if is_sensitive(key) else value}"
-                for key, value in sorted(changed.items())))
+            if changed:
+                log.info("dynamic broker configs applied: %s", ", ".join(
+                    f"{key}={_shown(key, value)}" for key, value in sorted(changed.items())))
             for callback in list(self._reconfigurables):
                 try:
                     callback(old, self.current)
@@ -99,20 +96,30 @@ class DynamicBrokerConfig:
         before = {**self.layers.get(DEFAULT_ENTITY, {}), **self.layers.get(self.entity, {})}
         for key, value in combined.items():
             if dynamic_kind(key) == "ignored" and before.get(key) != value:
-                log.warning("%s=%s: a Kafka setting pylog does not use; ignored", key, value)
-        while True:
-            try:
-                current = self.static.with_dynamic(combined)
-                break
-            except ConfigError as error:
-                if error.key not in combined:
-                    log.warning("dynamic broker configs %s left out: %s", combined, error)
-                    combined = {}
-                    continue
-                log.warning("dynamic broker config %s=%s left out: %s", error.key,
-                            combined.pop(error.key), error.problem)
+                log.warning("%s=%s: a Kafka setting pylog does not use; ignored", key,
+                            _shown(key, value))
+        try:
+            current = self.static.with_dynamic(combined)
+        except ConfigError:
+            current = self._usable(combined)
         self.layers, self.current = layers, current
         self.log_config = current.log_config
+
+    def _usable(self, combined: Configs) -> BrokerConfig:
+        """The settings with as many of ``combined`` as make a valid configuration on this
+        broker, taken one at a time; each left out is logged (a value written by another
+        tool, or valid where it was written but not with this broker's own settings)."""
+        kept: Configs = {}
+        current = self.static
+        for key, value in combined.items():
+            try:
+                current = self.static.with_dynamic({**kept, key: value})
+            except ConfigError as error:
+                log.warning("dynamic broker config %s=%s left out: %s", key,
+                            _shown(key, value), error)
+                continue
+            kept[key] = value
+        return current
 
     # -- AlterConfigs ------------------------------------------------------------------------
 
@@ -139,8 +146,7 @@ class DynamicBrokerConfig:
         configs = self.store.alter(entity, checked)
         log.info("dynamic configs of %s are now %s",
                  "the cluster default" if entity == DEFAULT_ENTITY else f"broker {entity}",
-                 {key: "(secret)" if is_sensitive(key) else value
-                  for key, value in configs.items()})
+                 {key: _shown(key, value) for key, value in configs.items()})
         self.refresh(force=True)
         return configs
 
@@ -154,6 +160,12 @@ class DynamicBrokerConfig:
                     else "; set in server.properties and restart the broker")
             raise InvalidRequestError(
                 f"{', '.join(sorted(static))}: cannot be changed while the broker runs{hint}")
+        secrets = [key for key in proposed if is_sensitive(key)]
+        if secrets and not self.store.keeps_secrets:
+            raise InvalidRequestError(
+                f"{secrets[0]}: pylog does not keep passwords in ZooKeeper, where anyone who "
+                f"can read it could read them; use a keystore whose key has the password in "
+                f"server.properties, or none")
         tls = [key for key in proposed if is_listener_tls_key(key)]
         if tls and entity == DEFAULT_ENTITY:
             raise InvalidRequestError(f"{tls[0]}: a listener's TLS settings are set per "
@@ -174,6 +186,11 @@ class DynamicBrokerConfig:
 
     def close(self) -> None:
         self.store.close()
+
+
+def _shown(key: str, value: object) -> object:
+    """A value as logged: never a password."""
+    return "(secret)" if is_sensitive(key) else value
 
 
 def _entity(name: str) -> str:

@@ -34,6 +34,8 @@ Alter = Callable[[Configs], Configs]
 
 
 class BrokerConfigStore(Protocol):
+    keeps_secrets: bool  # may hold passwords (a listener's ssl.key.password)
+
     def configs(self, entity: str) -> Configs:
         """The dynamic configs of ``entity`` as last seen (``{}``: none)."""
 
@@ -52,6 +54,8 @@ class FileBrokerConfigStore:
 
         {"version": 1, "brokers": {"<default>": {...}, "0": {...}}}
     """
+
+    keeps_secrets = True  # the file is the broker's own (mode 0600)
 
     def __init__(self, log_dir: Path) -> None:
         self.path = Path(log_dir) / CONFIG_FILE
@@ -111,6 +115,10 @@ class ZkBrokerConfigStore:
     caller unless ``owns_client``.
     """
 
+    # Whoever can read ZooKeeper could read a password kept there: pylog does not encrypt
+    # them (Kafka does, with password.encoder.secret), so it does not keep them.
+    keeps_secrets = False
+
     def __init__(self, client, watched: tuple[str, ...] = (), *,
                  owns_client: bool = False) -> None:
         from kazoo.recipe.watchers import DataWatch
@@ -121,8 +129,11 @@ class ZkBrokerConfigStore:
         self._cache: dict[str, Configs] = {}
         self._callbacks: list[Callable[[], None]] = []
         self._closed = False
+        self._order: dict[str, tuple[int, int]] = {}
         for entity in watched:
-            self._cache[entity] = self._get(entity)[0]
+            configs, stat = self._get(entity)
+            self._cache[entity] = configs
+            self._order[entity] = (stat.czxid, stat.version) if stat is not None else (0, -1)
             DataWatch(client, _path(entity), self._on_data(entity))
 
     def _on_data(self, entity: str):
@@ -131,24 +142,33 @@ class ZkBrokerConfigStore:
             if self._closed:
                 return False
             configs = _decode(data, entity) if data else {}
-            with self._lock:
-                changed = self._cache.get(entity) != configs
-                self._cache[entity] = configs
-            if changed:
-                for callback in list(self._callbacks):
-                    callback()
+            # The node's creation and version order what the watch and alter() cache: a
+            # watch delivering an older version than alter() wrote must not undo it.
+            order = (stat.czxid, stat.version) if stat is not None else (0, -1)
+            self._cached(entity, configs, order)
             return None
         return on_data
 
-    def _get(self, entity: str) -> tuple[Configs, int | None]:
+    def _cached(self, entity: str, configs: Configs, order: tuple[int, int]) -> None:
+        with self._lock:
+            if order < self._order.get(entity, (0, -1)) and order != (0, -1):
+                return
+            changed = self._cache.get(entity) != configs
+            self._cache[entity] = configs
+            self._order[entity] = order
+        if changed:
+            for callback in list(self._callbacks):
+                callback()
+
+    def _get(self, entity: str) -> tuple[Configs, object | None]:
         from kazoo.exceptions import NoNodeError
 
         try:
-            with _zookeeper_errors():
+            with _zookeeper_errors(self._client):
                 data, stat = self._client.get(_path(entity))
         except NoNodeError:
             return {}, None
-        return (_decode(data, entity) if data else {}), stat.version
+        return (_decode(data, entity) if data else {}), stat
 
     def configs(self, entity: str) -> Configs:
         with self._lock:
@@ -159,25 +179,21 @@ class ZkBrokerConfigStore:
         from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
         for _ in range(10):
-            current, version = self._get(entity)
+            current, stat = self._get(entity)
             configs = {str(k): str(v) for k, v in alter(dict(current)).items()}
             encoded = json.dumps({"version": 1, "config": configs}).encode()
             try:
-                with _zookeeper_errors():
-                    if version is None:
-                        self._client.create(_path(entity), encoded, makepath=True)
+                with _zookeeper_errors(self._client):
+                    if stat is None:
+                        _, written = self._client.create(_path(entity), encoded, makepath=True,
+                                                         include_data=True)
                     else:
-                        self._client.set(_path(entity), encoded, version=version)
+                        written = self._client.set(_path(entity), encoded, version=stat.version)
             except (BadVersionError, NodeExistsError, NoNodeError):
                 continue  # written meanwhile: read again
             if entity in self._cache:
                 # Applied at once here; the watch confirms it and tells the others.
-                with self._lock:
-                    changed = self._cache[entity] != configs
-                    self._cache[entity] = configs
-                if changed:
-                    for callback in list(self._callbacks):
-                        callback()
+                self._cached(entity, configs, (written.czxid, written.version))
             return configs
         raise RequestTimedOutError(f"the configs of broker {entity} kept changing meanwhile; "
                                    "try again")
@@ -232,9 +248,16 @@ def _decode(data: bytes, entity: str) -> Configs:
 
 class _zookeeper_errors:
     """ZooKeeper failures as RequestTimedOutError (the client retries); a missing node
-    (NoNodeError) and a lost race are left to the caller."""
+    (NoNodeError) and a lost race are left to the caller. Fails at once while disconnected:
+    kazoo would hold the request until it is connected again, and a broker's request thread
+    must not wait that long."""
+
+    def __init__(self, client) -> None:
+        self.client = client
 
     def __enter__(self):
+        if not self.client.connected:
+            raise RequestTimedOutError("not connected to ZooKeeper; try again")
         return self
 
     def __exit__(self, kind, exc, tb):

@@ -1,8 +1,8 @@
 """DescribeLogDirs (API 35): each of this broker's log dirs with its partitions' sizes, as
 ``kafka-log-dirs.sh --describe`` and kafka-python's ``describe_log_dirs`` ask for them.
 
-Per partition: the bytes of its segments, and how far its log end is ahead of its high
-watermark (what is not yet replicated, on a leader). Per dir (v4): the file system's
+Per partition: the bytes of its segments, and its offset lag as Kafka reports it for a
+replica's own log (how far its log end is behind the high watermark: 0). Per dir (v4): the file system's
 total and usable bytes. ``topics`` null asks for every partition. pylog moves no replica
 between dirs (AlterReplicaLogDirs is not served), so no log is a "future" one.
 """
@@ -26,8 +26,9 @@ class LogDirsHandler:
     def handle(self, version: int, body: dict, session) -> dict:
         wanted = None if body["topics"] is None else {
             (t["topic"], p) for t in body["topics"] for p in t["partitions"]}
-        by_dir: dict[Path, dict[str, list[dict]]] = {
-            Path(d).resolve(): {} for d in self.logs.manager.log_dirs}
+        # Reported as configured (absolute); matched with each log's dir resolved.
+        named = {Path(d).resolve(): Path(d).absolute() for d in self.logs.manager.log_dirs}
+        by_dir: dict[Path, dict[str, list[dict]]] = {path: {} for path in named}
         for tp in sorted(self.logs.local_partitions()):
             if wanted is not None and (tp.topic, tp.partition) not in wanted:
                 continue
@@ -37,11 +38,13 @@ class LogDirsHandler:
             topics = by_dir.setdefault(partition_log.directory.parent.resolve(), {})
             topics.setdefault(tp.topic, []).append({
                 "partition_index": tp.partition, "partition_size": partition_log.size_bytes,
-                "offset_lag": max(0, partition_log.log_end_offset
-                                  - partition_log.high_watermark),
+                # Kafka's lag of a current (not future) replica: how far its log end is
+                # behind the high watermark, which on a broker's own log is never.
+                "offset_lag": max(0, partition_log.high_watermark
+                                  - partition_log.log_end_offset),
                 "is_future_key": False})
         return {"throttle_time_ms": 0, "error_code": 0, "results": [
-            {"error_code": 0, "log_dir": str(log_dir),
+            {"error_code": 0, "log_dir": str(named.get(log_dir, log_dir)),
              "topics": [{"name": name, "partitions": partitions}
                         for name, partitions in topics.items()],
              **_usage(log_dir)}

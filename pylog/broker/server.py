@@ -71,6 +71,12 @@ def build_cluster_metadata(config: BrokerConfig, endpoint: BrokerEndpoint) -> Cl
     return StandaloneMetadata(config.log_dirs[0], endpoint, cluster_id)
 
 
+def _tls_stamp(settings) -> tuple:
+    """What a listener's TLS context is built from: its settings and its files' stamps."""
+    return (settings, _file_stamp(settings.keystore_location),
+            _file_stamp(settings.truststore_location))
+
+
 def _file_stamp(path: str | None) -> tuple | None:
     """(inode, mtime, size) of a file, to see it was replaced; None without one."""
     if not path:
@@ -109,6 +115,7 @@ class Broker:
         self.wall_ms = wall_ms
         self.metadata: ClusterMetadata | None = None
         self.dynamic: DynamicBrokerConfig | None = None  # settings with dynamic configs
+        self._initial: BrokerConfig = config  # the effective settings the broker started with
         self.manager: LogManager | None = None
         self.replicas: ReplicaManager | None = None
         self.coordinator: GroupCoordinator | None = None
@@ -139,16 +146,26 @@ class Broker:
         return {spec.name: server.getsockname()[:2] for spec, server in self._servers}
 
     def start(self) -> "Broker":
-        for key, why in self.config.ignored:
+        config = self.config
+        for key, why in config.ignored:
             log.warning("%s: a Kafka setting pylog does not use (%s); ignored", key, why)
-        specs = [self._listener_spec(listener) for listener in self.config.listeners]
-        backlog = self.config["socket.listen.backlog.size"]
-        for spec, listener in zip(specs, self.config.listeners):
-            try:
+        # Dynamic broker configs (AlterConfigs) over server.properties, from the start: a
+        # listener's certificate set that way is the one it serves after a restart too.
+        self.dynamic = DynamicBrokerConfig(config, open_broker_config_store(
+            config.log_dirs, config["broker.id"], config["zookeeper.connect"],
+            session_timeout_ms=config["zookeeper.session.timeout.ms"],
+            connection_timeout_ms=config["zookeeper.connection.timeout.ms"]),
+            config["broker.id"])
+        self._initial = self.dynamic.current  # what the parts below start with
+        backlog = config["socket.listen.backlog.size"]
+        try:
+            specs = [self._listener_spec(listener) for listener in config.listeners]
+            for spec, listener in zip(specs, config.listeners):
                 self._servers.append((spec, self._bind(listener, backlog)))
-            except BaseException:
-                self._close_servers()
-                raise
+        except BaseException:
+            self._close_servers()
+            self._close_storage()
+            raise
         try:
             self._start_services()
         except BaseException as exc:
@@ -162,8 +179,11 @@ class Broker:
         return self
 
     def _listener_spec(self, listener: Listener) -> ListenerSpec:
-        tls = (self.config.tls_settings(listener.name).server_context()
-               if listener.uses_tls else None)
+        tls = None
+        if listener.uses_tls:
+            settings = self._initial.tls_settings(listener.name)
+            tls = settings.server_context()
+            self._tls_stamps[listener.name] = _tls_stamp(settings)
         return ListenerSpec(listener.name, listener.security_protocol, tls)
 
     @staticmethod
@@ -200,13 +220,8 @@ class Broker:
     def _start_services(self) -> None:
         config = self.config
         endpoint = self._endpoint()
-        # Dynamic broker configs (AlterConfigs) over server.properties, from the start.
-        dynamic = self.dynamic = DynamicBrokerConfig(config, open_broker_config_store(
-            config.log_dirs, config["broker.id"], config["zookeeper.connect"],
-            session_timeout_ms=config["zookeeper.session.timeout.ms"],
-            connection_timeout_ms=config["zookeeper.connection.timeout.ms"]),
-            config["broker.id"])
-        initial = dynamic.current
+        dynamic = self.dynamic
+        initial = self._initial
         self.manager = LogManager(config.log_dirs, initial.log_config,
                                   cleaner_config=initial.cleaner_config,
                                   producer_id_expiration_ms=config["producer.id.expiration.ms"])
@@ -259,7 +274,8 @@ class Broker:
         dispatcher.serve(delete_records.API_KEY, delete_records.VERSIONS,
                          delete_records.DeleteRecordsHandler(logs, self.clock).handle)
         dispatcher.serve(elections.API_KEY, elections.VERSIONS,
-                         elections.ElectLeadersHandler(self.metadata, self.clock).handle)
+                         elections.ElectLeadersHandler(self.metadata, self.clock,
+                                                       wake=waiters.notify).handle)
         dispatcher.serve(log_dirs.API_KEY, log_dirs.VERSIONS, log_dirs.LogDirsHandler(logs).handle)
         moves = reassignments.ReassignmentHandlers(self.metadata)
         dispatcher.serve(reassignments.ALTER_API_KEY, reassignments.VERSIONS, moves.alter)
@@ -277,12 +293,6 @@ class Broker:
         self._acceptors = [Acceptor(server, self._processors, config["socket.send.buffer.bytes"],
                                     config["socket.receive.buffer.bytes"], spec, quotas)
                            for spec, server in self._servers]
-        for spec, _ in self._servers:
-            if spec.tls is not None:
-                settings = initial.tls_settings(spec.name)
-                self._tls_stamps[spec.name] = (
-                    settings, _file_stamp(settings.keystore_location),
-                    _file_stamp(settings.truststore_location))
         dynamic.add_reconfigurable(self._reconfigure(logs, quotas), since=initial)
         for acceptor in self._acceptors:
             acceptor.start()
@@ -321,8 +331,7 @@ class Broker:
         if spec.tls is None:
             return
         settings = config.tls_settings(spec.name)
-        stamp = (settings, _file_stamp(settings.keystore_location),
-                 _file_stamp(settings.truststore_location))
+        stamp = _tls_stamp(settings)
         if self._tls_stamps.get(spec.name) == stamp:
             return
         try:

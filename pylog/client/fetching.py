@@ -72,15 +72,20 @@ class FetchRequester:
     @staticmethod
     def _request_body(offsets: dict[TopicPartition, int], max_bytes: int, max_wait_ms: int,
                       min_bytes: int, isolation_level: int) -> dict:
-        topics: dict[str, list] = {}
+        # In the given order: a topic's partitions are grouped only where they follow each
+        # other, so a topic may appear twice (as librdkafka sends it) rather than a small
+        # topic always coming after a large one.
+        topics: list[dict] = []
         for tp, offset in offsets.items():
-            topics.setdefault(tp.topic, []).append({
+            if not topics or topics[-1]["topic"] != tp.topic:
+                topics.append({"topic": tp.topic, "partitions": []})
+            topics[-1]["partitions"].append({
                 "partition": tp.partition, "fetch_offset": offset, "current_leader_epoch": -1,
                 "log_start_offset": -1, "partition_max_bytes": min(max_bytes, _MAX_INT32)})
         return {"replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes,
                 "max_bytes": min(max_bytes * len(offsets), _MAX_INT32), "isolation_level": isolation_level,
                 "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
-                "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
+                "topics": topics}
 
     def _collect(self, response: dict, pending: dict, results: dict) -> KafkaError | None:
         retriable: KafkaError | None = None

@@ -250,8 +250,12 @@ class LogSegment:
             return None
         if self._offset_of_max_timestamp < max_offset:
             return self._offset_of_max_timestamp, self.max_timestamp
-        best = None
-        for _, header in self.records.headers():
+        # The batches before the time index's last entry below max_offset are no newer
+        # than it: read only the headers from there on.
+        entry = self.time_index.last_entry_below(max_offset)
+        best = None if entry.timestamp == NO_TIMESTAMP else (entry.offset, entry.timestamp)
+        start = self.offset_index.lookup(entry.offset).position
+        for _, header in self.records.headers(start):
             if header.base_offset >= max_offset:
                 break
             if best is None or header.max_timestamp > best[1]:

@@ -45,6 +45,10 @@ class TimeIndex(AbstractIndex):
         slot = self._largest_lower_bound(timestamp, 0)
         return self._at(slot)
 
+    def last_entry_below(self, offset: int) -> TimestampOffset:
+        """The last entry for an offset below ``offset``; (-1, segment base) if none."""
+        return self._at(self._smallest_upper_bound(offset - self.base_offset, 1) - 1)
+
     @property
     def last_entry(self) -> TimestampOffset:
         return self._at(self._entries - 1)

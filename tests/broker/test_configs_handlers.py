@@ -146,3 +146,28 @@ def test_broker_refusals_name_the_key_and_change_nothing(handlers, operations, e
     assert incremental(handlers, ("log.retention.ms", SET, "1"), kind=BROKER, name="7",
                        validate_only=True)["error_code"] == 0
     assert broker_configs(handlers) == {}
+
+
+def test_append_to_the_cluster_default_starts_from_the_file_not_this_broker(handlers):
+    assert incremental(handlers, ("log.cleanup.policy", SET, "compact"), kind=BROKER,
+                       name="7")["error_code"] == 0
+    assert incremental(handlers, ("log.cleanup.policy", APPEND, "delete"), kind=BROKER,
+                       name="")["error_code"] == 0
+    assert broker_configs(handlers, "") == {"log.cleanup.policy": "delete"}
+
+
+def test_stored_values_that_do_not_fit_are_left_out_one_by_one(tmp_path, caplog):
+    from pylog.broker.dynamic_store import FileBrokerConfigStore
+
+    (tmp_path / "broker-configs.json").write_text(
+        '{"version": 1, "brokers": {"<default>": {"log.roll.hours": "-5"}, "7": {'
+        '"log.retention.ms": "1000", "listener.name.ssl.ssl.key.password": "hunter2", '
+        '"log.segment.bytes": "12"}}}')
+    config = BrokerConfig.load(None, {"log.dirs": str(tmp_path), "broker.id": "7"})
+    dynamic = DynamicBrokerConfig(config, FileBrokerConfigStore(tmp_path), 7)
+    assert dynamic.current["log.retention.ms"] == 1000  # kept: it fits
+    assert dynamic.current["log.roll.hours"] == config["log.roll.hours"]
+    assert dynamic.current["log.segment.bytes"] == config["log.segment.bytes"]
+    assert "log.roll.hours=-5 left out" in caplog.text
+    assert "log.segment.bytes=12 left out" in caplog.text
+    assert "hunter2" not in caplog.text

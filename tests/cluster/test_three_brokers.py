@@ -6,7 +6,7 @@ import pytest
 
 from pylog.client import Admin
 from pylog.client.connection import BrokerConnection
-from pylog.errors import NotLeaderOrFollowerError
+from pylog.errors import InvalidRequestError, NotLeaderOrFollowerError
 from pylog.protocol import ApiKey
 from tests.cluster import clients
 from tests.cluster.cluster_helpers import LocalCluster
@@ -262,6 +262,11 @@ def test_dynamic_broker_configs_reach_every_broker_and_a_brokers_own_wins(cluste
         assert producer.flush(30) == 0
         too_large = KafkaError.MSG_SIZE_TOO_LARGE
         assert outcomes == {0: too_large, 1: None, 2: too_large}
+        # A password would be readable by anyone who can read ZooKeeper: not kept there.
+        with Admin(cluster.bootstrap(1)) as pylog_admin, \
+                pytest.raises(InvalidRequestError, match="passwords in ZooKeeper"):
+            pylog_admin.incremental_alter_configs("broker", "1", set_configs={
+                "listener.name.plaintext.ssl.key.password": "hunter2"})
     finally:
         with Admin(cluster.bootstrap(1)) as pylog_admin:
             pylog_admin.incremental_alter_configs("broker", "", delete_configs=[

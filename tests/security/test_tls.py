@@ -457,6 +457,8 @@ def test_a_listener_certificate_is_rotated_without_a_restart(broker, certs):
                 key: str(rotated)})
         produce(open_consumer_settings, "rotated", [b"after"])
         assert consume(ssl_settings(broker, certs), "rotated", 2) == [b"before", b"after"]
+        broker.restart()  # the listener starts with the dynamic keystore
+        assert served_certificate(broker, certs) == der(rotated)
     finally:
         alter(AlterConfigOpType.DELETE).result(15)
     assert served_certificate(broker, certs) == original
