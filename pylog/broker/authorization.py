@@ -17,7 +17,7 @@ The checks (resource: operation), per API:
 * Produce -- TransactionalId Write for a transactional producer; Topic Write per topic.
 * Fetch -- Topic Read per topic; a follower's (replica_id >= 0) Cluster ClusterAction.
 * ListOffsets -- Topic Describe. OffsetForLeaderEpoch -- Topic Describe; a follower's
-  Cluster ClusterAction.
+  Cluster ClusterAction. DescribeProducers -- Topic Read.
 * Metadata -- Topic Describe (all topics: the others are left out; named ones:
   TOPIC_AUTHORIZATION_FAILED); auto-creation needs Cluster Create or Topic Create. Asked
   for authorized operations (KIP-430), each topic's and the cluster's (none without
@@ -121,6 +121,7 @@ class RequestAuthorization:
             ApiKey.ALTER_PARTITION_REASSIGNMENTS: self._alter_reassignments,
             ApiKey.LIST_PARTITION_REASSIGNMENTS: self._list_reassignments,
             ApiKey.DESCRIBE_LOG_DIRS: self._describe_log_dirs,
+            ApiKey.DESCRIBE_PRODUCERS: self._describe_producers,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self._offset_for_leader_epoch,
             ApiKey.CREATE_TOPICS: self._create_topics, ApiKey.DELETE_TOPICS: self._delete_topics,
             ApiKey.CREATE_PARTITIONS: self._create_partitions,
@@ -291,6 +292,14 @@ class RequestAuthorization:
             return Verdict(body)
         return Verdict(response={"throttle_time_ms": 0,
                                  "error_code": CLUSTER_AUTHORIZATION_FAILED, "results": []})
+
+    def _describe_producers(self, body: dict, version: int, access: Access) -> Verdict:
+        kept, refused = split_topics(body["topics"], lambda name: access.topic(Op.READ, name))
+        errors = [{"name": t["name"], "partitions": [
+            {"partition_index": p, "error_code": TOPIC_AUTHORIZATION_FAILED,
+             "error_message": DENIED, "active_producers": []}
+            for p in t["partition_indexes"]]} for t in refused]
+        return pruned(body, "topics", kept, "topics", errors)
 
     def _metadata_topics(self, body: dict, version: int, access: Access) -> Verdict:
         requested = body["topics"]

@@ -33,7 +33,8 @@ from pylog.broker.meta import ensure_meta
 from pylog.broker.network import Acceptor, ConnectionQuotas, ListenerSpec, Processor
 from pylog.broker.partitions import AppendWaiters, PartitionLogs
 from pylog.broker.replica_manager import ReplicaManager
-from pylog.broker import delete_records, elections, log_dirs, reassignments, txn_markers
+from pylog.broker import (
+    delete_records, elections, log_dirs, producers_admin, reassignments, txn_markers)
 from pylog.broker.txn_markers import TxnMarkerService
 from pylog.client.security import SecurityConfig
 from pylog.cluster.metadata import ClusterMetadata
@@ -277,6 +278,8 @@ class Broker:
                          elections.ElectLeadersHandler(self.metadata, self.clock,
                                                        wake=waiters.notify).handle)
         dispatcher.serve(log_dirs.API_KEY, log_dirs.VERSIONS, log_dirs.LogDirsHandler(logs).handle)
+        dispatcher.serve(producers_admin.API_KEY, producers_admin.VERSIONS,
+                         producers_admin.DescribeProducersHandler(logs).handle)
         moves = reassignments.ReassignmentHandlers(self.metadata)
         dispatcher.serve(reassignments.ALTER_API_KEY, reassignments.VERSIONS, moves.alter)
         dispatcher.serve(reassignments.LIST_API_KEY, reassignments.VERSIONS, moves.list)

@@ -716,6 +716,15 @@ class Log:
             first = max(0, bisect.bisect_right(self._bases, fetch_offset) - 1)
             return LogProducers.aborted(self._segments[first:], fetch_offset, upper_bound)
 
+    def active_producers(self) -> list[tuple[int, int, int, int, int, int]]:
+        """Each producer this log keeps state for: (producer id, epoch, last sequence,
+        last timestamp, coordinator epoch, first offset of its open transaction or -1)."""
+        with self._lock:
+            self._check_open()
+            return [(e.producer_id, e.epoch, e.last_seq, e.last_timestamp, e.coordinator_epoch,
+                     e.txn_first_offset)
+                    for e in self._producers.state.producers.values()]
+
     def batch_of_max_timestamp(self) -> tuple[int, int] | None:
         """``(base offset, timestamp)`` of the first batch below the high watermark with
         the largest timestamp of the log; None if the log has no record there."""

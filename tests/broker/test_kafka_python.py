@@ -1,5 +1,7 @@
 """kafka-python with default settings: producer, assign + seek, offsets_for_times."""
 
+import time
+
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
@@ -77,4 +79,42 @@ def test_describe_log_dirs_gives_each_partitions_size(broker):
     assert [p["offset_lag"] for p in topic["partitions"]] == [0, 0]
     [only] = admin.describe_log_dirs({"sized": [1]})[0]["log_dirs"][0]["topics"]
     assert [p["partition_index"] for p in only["partitions"]] == [1]
+    admin.close()
+
+
+def test_describe_producers_shows_an_open_transaction(broker):
+    """DescribeProducers (KIP-664), as kafka-python's describe_producers asks: the producer
+    of an open transaction, with where it started, until it commits."""
+    from confluent_kafka import Producer as CkProducer
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    admin.create_topics([NewTopic("described-producers", 1, 1)])
+    idempotent = CkProducer({"bootstrap.servers": broker.bootstrap,
+                             "enable.idempotence": True, "linger.ms": 0})
+    for i in range(3):
+        idempotent.produce("described-producers", b"plain %d" % i, partition=0)
+        idempotent.flush(15)
+    transactional = CkProducer({"bootstrap.servers": broker.bootstrap,
+                                "transactional.id": "described", "linger.ms": 0})
+    transactional.init_transactions(15)
+    transactional.begin_transaction()
+    transactional.produce("described-producers", b"in a transaction", partition=0)
+    transactional.flush(15)
+    partition = TopicPartition("described-producers", 0)
+
+    def producers() -> dict[int, tuple[int, int, int]]:
+        state = admin.describe_producers([partition])[partition]
+        return {p.producer_id: (p.producer_epoch, p.last_sequence,
+                                p.current_transaction_start_offset)
+                for p in state.active_producers}
+
+    described = producers()
+    assert len(described) == 2
+    assert sorted(described.values()) == [(0, 0, 3), (0, 2, -1)]
+    transactional.commit_transaction(15)
+    # The coordinator writes the commit marker after it answers: until then it is open.
+    deadline = time.monotonic() + 15
+    while sorted(v[2] for v in producers().values()) != [-1, -1]:
+        assert time.monotonic() < deadline, producers()
+        time.sleep(0.05)
     admin.close()
