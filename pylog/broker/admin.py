@@ -34,6 +34,12 @@ UNKNOWN_TOPIC_ID = UnknownTopicIdError.errno
 LISTENER_NOT_FOUND = ListenerNotFoundError.errno
 
 
+def _reachable(brokers, listener: str | None) -> list:
+    """The brokers as the client on ``listener`` reaches them (those without it left out,
+    as Kafka does)."""
+    return [b for b in (b.on_listener(listener) if listener else b for b in brokers) if b]
+
+
 def _unknown_topic_id(topic_id, version: int) -> dict:
     """A topic asked for by id only (Metadata v10+): pylog topics have no ids."""
     return {"error_code": UNKNOWN_TOPIC_ID, "name": None if version >= 12 else "",
@@ -57,7 +63,7 @@ class AdminHandlers:
         """Metadata with the brokers' addresses on ``listener``, the listener the client
         came in on (brokers without it are left out, as Kafka does)."""
         live = self.metadata.brokers()
-        reachable = [b for b in (b.on_listener(listener) if listener else b for b in live) if b]
+        reachable = _reachable(live, listener)
         requested = body["topics"]
         if requested is None or (version == 0 and not requested):
             requested = [{"name": name} for name in sorted(self.metadata.topics())]
@@ -92,7 +98,7 @@ class AdminHandlers:
         and the controller, as Metadata gives them, and the cluster's authorized
         operations when asked."""
         live = self.metadata.brokers()
-        reachable = [b for b in (b.on_listener(listener) if listener else b for b in live) if b]
+        reachable = _reachable(live, listener)
         return {
             "throttle_time_ms": 0, "error_code": 0, "error_message": None,
             "cluster_id": self.metadata.cluster_id,

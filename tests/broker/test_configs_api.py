@@ -261,16 +261,26 @@ def test_a_topic_switched_to_compact_is_compacted_without_a_restart(broker):
     incremental(broker, "switched", ("cleanup.policy", "compact", SET),
                 ("segment.ms", "100", SET), ("min.cleanable.dirty.ratio", "0.01", SET)
                 ).result(TIMEOUT)
+    roll_and_wait_for_the_cleaner(broker, "switched", len(updates))
+    # Each key's newest record of the cleaned segment, then the active segment untouched.
+    assert consume_all(broker, "switched") == compacted(updates) + [(200, b"key-0", b"last")]
+
+
+def roll_and_wait_for_the_cleaner(broker, topic: str, cleaned: int) -> None:
+    """Roll the segment with one more record (key-0), then wait until the cleaner has
+    cleaned the first ``cleaned`` offsets."""
     time.sleep(0.2)  # older than segment.ms: the next append rolls the segment
-    produce(broker, "switched", [(b"key-0", b"last")])
+    produce(broker, topic, [(b"key-0", b"last")])
     deadline = time.monotonic() + 20
-    while cleaned_up_to(broker, "switched") < 200:
+    while cleaned_up_to(broker, topic) < cleaned:
         assert time.monotonic() < deadline, broker.log_text()[-3000:]
         time.sleep(0.05)
-    # Each key's newest record of the cleaned segment, then the active segment untouched.
+
+
+def compacted(updates: list[tuple[bytes, bytes]]) -> list[tuple[int, bytes, bytes]]:
+    """(offset, key, value) of each key's newest record, in offset order."""
     newest = {key: (offset, value) for offset, (key, value) in enumerate(updates)}
-    expected = sorted((offset, key, value) for key, (offset, value) in newest.items())
-    assert consume_all(broker, "switched") == expected + [(200, b"key-0", b"last")]
+    return sorted((offset, key, value) for key, (offset, value) in newest.items())
 
 
 def test_overrides_survive_a_restart(broker):

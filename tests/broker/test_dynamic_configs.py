@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pytest
 from confluent_kafka import KafkaError, Producer
@@ -22,8 +21,8 @@ from pylog.client import Admin
 from pylog.protocol import ApiKey
 from pylog.testing.broker import broker_fixture
 from tests.broker.test_configs_api import (
-    TIMEOUT, admin_client, cleaned_up_to, consume_all, create, describe, error_of, produce,
-    send)
+    TIMEOUT, admin_client, compacted, consume_all, create, describe, error_of, produce,
+    roll_and_wait_for_the_cleaner, send)
 from tests.broker.wire import WireClient
 
 RETENTION_HOURS = 48
@@ -167,19 +166,12 @@ def test_the_default_cleanup_policy_compacts_topics_without_their_own(broker):
                  ("log.cleaner.threads", "2", SET)).result(TIMEOUT)
     try:
         assert describe_broker(broker)["log.cleanup.policy"].value == "delete,compact"
-        time.sleep(0.2)  # older than segment.ms: the next append rolls the segment
-        produce(broker, "compacted-by-default", [(b"key-0", b"last")])
-        deadline = time.monotonic() + 20
-        while cleaned_up_to(broker, "compacted-by-default") < 200:
-            assert time.monotonic() < deadline, broker.log_text()[-3000:]
-            time.sleep(0.05)
+        roll_and_wait_for_the_cleaner(broker, "compacted-by-default", len(updates))
     finally:
         alter_broker(broker, ("log.cleanup.policy", None, DELETE),
                      ("log.cleaner.threads", None, DELETE)).result(TIMEOUT)
     assert "log cleaner: 2 threads" in broker.log_text()
-    newest = {key: (offset, value) for offset, (key, value) in enumerate(updates)}
-    expected = sorted((offset, key, value) for key, (offset, value) in newest.items())
-    assert consume_all(broker, "compacted-by-default") == expected + [
+    assert consume_all(broker, "compacted-by-default") == compacted(updates) + [
         (200, b"key-0", b"last")]
 
 

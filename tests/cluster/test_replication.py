@@ -389,7 +389,9 @@ def test_reassignment_naming_an_unknown_broker_changes_nothing(cluster, tmp_path
     assert partition_meta(cluster)[0].replicas == (1, 2)
 
 
-def test_preferred_leader_election_moves_leadership_back(cluster, zk_connect):
+def preferred_replica_back_in_sync_but_not_leading(cluster) -> int:
+    """A new topic whose preferred replica was killed and started again: it is in sync and
+    another replica leads (auto.leader.rebalance.enable is off). Returns its id."""
     create_topic(cluster)
     preferred = partition_meta(cluster)[0].replicas[0]
     cluster.brokers[preferred].kill()
@@ -398,6 +400,11 @@ def test_preferred_leader_election_moves_leadership_back(cluster, zk_connect):
     cluster.brokers[preferred].start()
     wait_until(lambda: len(partition_meta(cluster)[0].isr) == 3, timeout=30,
                message="the preferred replica back in sync")
+    return preferred
+
+
+def test_preferred_leader_election_moves_leadership_back(cluster, zk_connect):
+    preferred = preferred_replica_back_in_sync_but_not_leading(cluster)
     assert leader_of(cluster) != preferred  # auto.leader.rebalance.enable is off here
     result = run_cli("leader-election", "--zookeeper", zk_connect, "--election-type",
                      "preferred", "--topic", TOPIC, "--partition", "0")
@@ -407,14 +414,7 @@ def test_preferred_leader_election_moves_leadership_back(cluster, zk_connect):
 
 def test_elect_leaders_through_the_admin_api(cluster):
     """ElectLeaders (KIP-460) as confluent-kafka's elect_leaders sends it."""
-    create_topic(cluster)
-    preferred = partition_meta(cluster)[0].replicas[0]
-    cluster.brokers[preferred].kill()
-    wait_until(lambda: leader_of(cluster, via=cluster.live()[0]) not in (-1, preferred),
-               timeout=30, message="a new leader")
-    cluster.brokers[preferred].start()
-    wait_until(lambda: len(partition_meta(cluster)[0].isr) == 3, timeout=30,
-               message="the preferred replica back in sync")
+    preferred = preferred_replica_back_in_sync_but_not_leading(cluster)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap()})
     ours, missing = KafkaTopicPartition(TOPIC, 0), KafkaTopicPartition(TOPIC, 7)
 
