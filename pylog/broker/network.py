@@ -55,6 +55,9 @@ log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
 _API_KEY = struct.Struct(">h")
 RECV_CHUNK = 256 * 1024
+# A frame at least this large is read into a buffer of its own once its size is known:
+# one copy from the kernel, none through the connection's buffer.
+LARGE_FRAME = 64 * 1024
 MAX_PRODUCE_RUN = 512  # Produce frames of one connection handled together at most
 _PRODUCE = int(ApiKey.PRODUCE)
 # Stop reading from a client whose responses pile up beyond this (it reads too slowly).
@@ -107,6 +110,10 @@ class Connection:
         self.file_chunk: memoryview | None = None  # read from a region, not yet sent
         self.budget = budget
         self.inbound = bytearray()
+        # A large frame read straight into a buffer of its own size (4-byte size prefix
+        # included), with no copy through ``inbound``; ``frame_filled`` bytes so far.
+        self.frame: bytearray | None = None
+        self.frame_filled = 0
         self.charge = 0  # bytes of ``budget`` this connection holds
         self.missing = 0  # bytes still to come of a frame already charged
         self.outbound: collections.deque = collections.deque()  # bytes/memoryview/regions
@@ -139,6 +146,11 @@ class Connection:
 
     def recharge(self, max_frame: int) -> None:
         """Charge the budget for what the input buffer now holds."""
+        if self.frame is not None:  # the whole frame, charged since its size arrived
+            charge, self.missing = len(self.frame), len(self.frame) - self.frame_filled
+            self.budget.adjust(charge - self.charge)
+            self.charge = charge
+            return
         if not self.inbound:  # the usual case: every frame read was handled
             self.missing = 0
             if self.charge:
@@ -158,6 +170,7 @@ class Connection:
         self.file_chunk = None
         self.parked = None  # an unfinished Fetch attempt holds no open regions
         self.inbound.clear()
+        self.frame = None
         self.budget.adjust(-self.charge)
         self.charge = self.missing = 0
         try:
@@ -410,6 +423,19 @@ class Processor(threading.Thread):
             self._close(conn, None)
 
     def _read(self, conn: Connection) -> None:
+        frame = conn.frame
+        if frame is not None:  # the rest of a large frame (charged), into its own buffer
+            try:
+                with memoryview(frame) as view:
+                    received = conn.sock.recv_into(view[conn.frame_filled:])
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                return
+            except ssl.SSLZeroReturnError:
+                raise _PeerClosed from None
+            if not received:
+                raise _PeerClosed
+            conn.frame_filled += received
+            return
         # With the budget used up, read only the rest of the frame already charged.
         limit = min(RECV_CHUNK, conn.missing) if self.budget.exhausted else RECV_CHUNK
         if limit == 0:
@@ -429,6 +455,12 @@ class Processor(threading.Thread):
         inbound = conn.inbound
         position = 0
         try:
+            frame = conn.frame
+            if frame is not None:
+                if conn.frame_filled < len(frame):
+                    return
+                conn.frame = None
+                self._handle(conn, memoryview(frame)[4:])
             while conn.parked is None and not conn.closing and len(inbound) - position >= 4:
                 size = _SIZE.unpack_from(inbound, position)[0]
                 if size < 0 or size > self.max_request_bytes:
@@ -436,6 +468,12 @@ class Processor(threading.Thread):
                                           f"{self.max_request_bytes} (socket.request.max.bytes)"
                                           f"{_tls_hint(inbound, position, conn)}")
                 if len(inbound) - position - 4 < size:
+                    if size >= LARGE_FRAME:
+                        # The rest goes straight into a buffer of the frame's size.
+                        frame = conn.frame = bytearray(4 + size)
+                        conn.frame_filled = len(inbound) - position
+                        frame[:conn.frame_filled] = inbound[position:]
+                        position = len(inbound)
                     break
                 if position == 0 and len(inbound) == 4 + size:
                     # The buffer holds exactly this frame (the usual case for a large
@@ -452,16 +490,7 @@ class Processor(threading.Thread):
                 else:
                     payload = inbound[position + 4:position + 4 + size]  # one copy
                     position += 4 + size
-                metrics = self.dispatcher.metrics
-                if metrics is None:
-                    outcome = self.dispatcher.dispatch(payload, conn.session)
-                else:
-                    outcome = self._measured_dispatch(metrics, payload, conn)
-                if type(outcome) is Reply:
-                    conn.queue(outcome)
-                    conn.closing = outcome.close_after
-                elif outcome is not None:
-                    self._park(conn, outcome)
+                self._handle(conn, payload)
         except CloseConnection:
             # The requests before the one that closes the connection were handled: send
             # their answers, as far as the socket takes them now, before it closes.
@@ -476,6 +505,19 @@ class Processor(threading.Thread):
                 del inbound[:position]
             conn.recharge(self.max_request_bytes)
         self._write(conn)
+
+    def _handle(self, conn: Connection, payload) -> None:
+        """Dispatch one request; queue its answer, or park the connection."""
+        metrics = self.dispatcher.metrics
+        if metrics is None:
+            outcome = self.dispatcher.dispatch(payload, conn.session)
+        else:
+            outcome = self._measured_dispatch(metrics, payload, conn)
+        if type(outcome) is Reply:
+            conn.queue(outcome)
+            conn.closing = outcome.close_after
+        elif outcome is not None:
+            self._park(conn, outcome)
 
     def _produce_run(self, conn: Connection, inbound: bytearray, position: int) -> int:
         """Group commit: when a Produce frame at ``position`` is followed by more complete

@@ -7,6 +7,7 @@ every record back once, in order."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -122,3 +123,50 @@ def test_pipelining_clients_read_back_every_record_once_in_order(broker) -> None
     ours = [v for v in seen[0] if v.startswith(b"ck-")]
     assert ours == [b"ck-%d" % i for i in range(0, count, 2)]
     assert [v for v in seen[0] if v.startswith(b"kp-")] == [b"kp-%d" % i for i in range(500)]
+
+
+def test_large_frames_in_pieces_between_small_ones_keep_every_byte(broker) -> None:
+    # A frame of 64 KiB or more is read straight into a buffer of its own size once its
+    # size prefix arrives: its bytes come in pieces of every size, the pieces also carry
+    # the small frames around it, and a malformed large frame still closes the connection.
+    topic = f"gc-{uuid.uuid4().hex[:8]}"
+    with WireClient(broker.bootstrap) as wire:
+        create(wire, topic)
+    big = [bytes([i]) * 90_000 + b"|%d" % i for i in range(3)]
+    frames = [_frame(1, produce_body(topic, {0: batch([b"small-1"])})),
+              _frame(2, produce_body(topic, {0: batch([big[0], big[1]])})),
+              _frame(3, produce_body(topic, {0: batch([b"small-3"])})),
+              _frame(4, produce_body(topic, {0: batch([big[2]])})),
+              _frame(5, produce_body(topic, {0: batch([b"small-5"])}))]
+    stream = b"".join(frames)
+    # Cuts: inside a size prefix, one byte into a large frame, across the boundary
+    # between a large frame and the next, and in the middle of each.
+    start_big = len(frames[0])
+    cuts = sorted({2, start_big + 2, start_big + 5, start_big + 70_000, start_big + 120_000,
+                   start_big + len(frames[1]) + 10, len(stream) - len(frames[4]) - 3,
+                   len(stream) - 1})
+    with WireClient(broker.bootstrap) as wire:
+        previous = 0
+        for cut in [*cuts, len(stream)]:
+            wire.send_raw(stream[previous:cut])
+            previous = cut
+            time.sleep(0.05)  # the broker reads each piece on its own
+        answers = [wire.receive(ApiKey.PRODUCE, 7) for _ in frames]
+    assert [correlation_id for correlation_id, _ in answers] == [1, 2, 3, 4, 5]
+    assert [body["responses"][0]["partition_responses"][0]["base_offset"]
+            for _, body in answers] == [0, 1, 3, 4, 5]
+    with WireClient(broker.bootstrap) as wire:
+        fetched = wire.call(ApiKey.FETCH, 11, fetch_body(topic, {0: 0}))
+    assert values(records_of(fetched)["records"]) == [
+        b"small-1", big[0], big[1], b"small-3", big[2], b"small-5"]
+    malformed = bytearray(_frame(6, produce_body(topic, {0: batch([big[0]])})))
+    del malformed[-20:]
+    malformed[:4] = (len(malformed) - 4).to_bytes(4, "big")
+    with WireClient(broker.bootstrap) as wire:
+        wire.send_raw(bytes(malformed[:1000]))
+        time.sleep(0.05)
+        wire.send_raw(bytes(malformed[1000:]))
+        assert wire.is_closed_by_peer()
+    with WireClient(broker.bootstrap) as wire:
+        fetched = wire.call(ApiKey.FETCH, 11, fetch_body(topic, {0: 0}))
+    assert len(values(records_of(fetched)["records"])) == 6  # the malformed one: none
