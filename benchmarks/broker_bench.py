@@ -46,7 +46,6 @@ import confluent_kafka
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pylog.broker.config import broker_settings
 from pylog.protocol import ApiKey, decode_response, encode_request
 from pylog.records import build_batch, iter_batch_headers
 from pylog.testing.broker import BrokerProcess
@@ -749,13 +748,30 @@ def _check_mock_kept_everything(bootstrap: str, topic: str, partitions: int) -> 
 
 def bench_fetch(broker: BrokerProcess, megabytes: int) -> None:
     print(f"\n-- fetch: a {megabytes} MB partition read from the beginning")
+    raw = sendfile_rate(megabytes << 20)
+    _fetch_lines(broker, megabytes, raw, None)
+    # Kafka's default socket.send.buffer.bytes (100 KB) fixes each connection's send
+    # buffer, which turns off the kernel's autotuning: the broker then sends a large
+    # answer in hundreds of sendfile calls, a wake-up each. pylog's default is -1.
+    print(f"the same from a broker with Kafka's default socket.send.buffer.bytes="
+          f"{KAFKA_SEND_BUFFER}:")
+    with tempfile.TemporaryDirectory(prefix="pylog-bench-") as tmp:
+        with BrokerProcess(Path(tmp), {**BENCH_BROKER,
+                                       "socket.send.buffer.bytes": KAFKA_SEND_BUFFER}) as fixed:
+            _fetch_lines(fixed, megabytes, raw, KAFKA_SEND_BUFFER)
+
+
+def _fetch_lines(broker: BrokerProcess, megabytes: int, raw: float,
+                 send_buffer: int | None) -> None:
+    """Fill a partition of ``broker`` and print what each reader gets from it next to
+    raw loopback ``sendfile`` (``raw`` MB/s) and to ``sendfile`` landed as the raw reader
+    lands (with SO_SNDBUF ``send_buffer``, as the broker sends)."""
     create_topic(broker.bootstrap, "fetch", 1)
     records = fill_partition(broker.bootstrap, "fetch", megabytes << 20)
     ours = consume_rate(broker.bootstrap, "fetch", records)
     wire = raw_fetch_rate(broker.bootstrap, "fetch", records)
     streamed = streamed_fetch_rate(broker.bootstrap, "fetch", records)
-    raw = sendfile_rate(megabytes << 20)
-    landed = sendfile_rate(megabytes << 20, RAW_FETCH_PARTITION_BYTES, _broker_send_buffer())
+    landed = sendfile_rate(megabytes << 20, RAW_FETCH_PARTITION_BYTES, send_buffer)
     print(f"confluent-kafka consumer from pylog {ours:8.1f} MB/s | raw loopback sendfile "
           f"{raw:8.1f} MB/s | ratio {ours / raw:.3f}")
     print(f"raw Fetch reader from pylog         {wire:8.1f} MB/s | raw loopback sendfile "
@@ -766,10 +782,8 @@ def bench_fetch(broker: BrokerProcess, megabytes: int) -> None:
           f"sendfile {raw:8.1f} MB/s | ratio {streamed / raw:.3f}")
 
 
-def _broker_send_buffer() -> int:
-    """The broker's default ``socket.send.buffer.bytes`` (Kafka's), which the benchmark's
-    broker runs with."""
-    return next(s.default for s in broker_settings() if s.name == "socket.send.buffer.bytes")
+BENCH_BROKER = {"log.segment.bytes": 256 << 20, "log.retention.hours": 100000}
+KAFKA_SEND_BUFFER = 102400
 
 
 def main() -> int:
@@ -786,8 +800,7 @@ def main() -> int:
     # A SIGTERM (timeout, kill) unwinds the with-blocks, so the broker stops too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="pylog-bench-") as tmp:
-        with BrokerProcess(Path(tmp), {"log.segment.bytes": 256 << 20,
-                                       "log.retention.hours": 100000}) as broker:
+        with BrokerProcess(Path(tmp), BENCH_BROKER) as broker:
             if args.only in (None, "produce"):
                 bench_produce(broker, args.messages)
             if args.only in (None, "paper"):
