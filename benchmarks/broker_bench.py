@@ -46,6 +46,7 @@ import confluent_kafka
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from pylog.broker.config import broker_settings
 from pylog.protocol import ApiKey, decode_response, encode_request
 from pylog.records import build_batch, iter_batch_headers
 from pylog.testing.broker import BrokerProcess
@@ -749,16 +750,14 @@ def _check_mock_kept_everything(bootstrap: str, topic: str, partitions: int) -> 
 def bench_fetch(broker: BrokerProcess, megabytes: int) -> None:
     print(f"\n-- fetch: a {megabytes} MB partition read from the beginning")
     raw = sendfile_rate(megabytes << 20)
-    _fetch_lines(broker, megabytes, raw, None)
-    # Kafka's default socket.send.buffer.bytes (100 KB) fixes each connection's send
-    # buffer, which turns off the kernel's autotuning: the broker then sends a large
-    # answer in hundreds of sendfile calls, a wake-up each. pylog's default is -1.
-    print(f"the same from a broker with Kafka's default socket.send.buffer.bytes="
-          f"{KAFKA_SEND_BUFFER}:")
+    _fetch_lines(broker, megabytes, raw, _broker_send_buffer())
+    # socket.send.buffer.bytes (Kafka's default, 100 KB) fixes each connection's send
+    # buffer, which turns off the kernel's autotuning: the broker sends a large answer in
+    # hundreds of sendfile calls, a wake-up each. -1 leaves the buffer to the kernel.
+    print("the same from a broker with socket.send.buffer.bytes=-1:")
     with tempfile.TemporaryDirectory(prefix="pylog-bench-") as tmp:
-        with BrokerProcess(Path(tmp), {**BENCH_BROKER,
-                                       "socket.send.buffer.bytes": KAFKA_SEND_BUFFER}) as fixed:
-            _fetch_lines(fixed, megabytes, raw, KAFKA_SEND_BUFFER)
+        with BrokerProcess(Path(tmp), {**BENCH_BROKER, "socket.send.buffer.bytes": -1}) as tuned:
+            _fetch_lines(tuned, megabytes, raw, None)
 
 
 def _fetch_lines(broker: BrokerProcess, megabytes: int, raw: float,
@@ -783,7 +782,12 @@ def _fetch_lines(broker: BrokerProcess, megabytes: int, raw: float,
 
 
 BENCH_BROKER = {"log.segment.bytes": 256 << 20, "log.retention.hours": 100000}
-KAFKA_SEND_BUFFER = 102400
+
+
+def _broker_send_buffer() -> int:
+    """The broker's default ``socket.send.buffer.bytes`` (Kafka's), which the benchmark's
+    first broker runs with."""
+    return next(s.default for s in broker_settings() if s.name == "socket.send.buffer.bytes")
 
 
 def main() -> int:

@@ -186,13 +186,10 @@ _SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
     "producer.id.expiration.ms": (_int, 24 * HOUR_MS,
                                   "forget an idempotent producer idle for this long"),
     "socket.request.max.bytes": (_int, 104857600, "largest request; bigger closes the connection"),
-    # Kafka's default is 102400; a fixed size turns off the kernel's autotuning, and
-    # pylog's processor then wakes once per buffer-full of a large Fetch answer or
-    # Produce request (the fetch section of benchmarks/broker_bench.py shows both).
-    "socket.send.buffer.bytes": (_int, -1, "SO_SNDBUF (-1: the kernel sizes it; Kafka's "
-                                           "default is 102400)"),
-    "socket.receive.buffer.bytes": (_int, -1, "SO_RCVBUF (-1: the kernel sizes it; Kafka's "
-                                              "default is 102400)"),
+    "socket.send.buffer.bytes": (_int, 102400, "SO_SNDBUF (-1: the kernel sizes and "
+                                               "grows it)"),
+    "socket.receive.buffer.bytes": (_int, 102400, "SO_RCVBUF (-1: the kernel sizes and "
+                                                  "grows it)"),
     "socket.listen.backlog.size": (_int, 512, "connections the kernel queues for a listener "
                                               "before they are accepted (Kafka's default is "
                                               "50; a burst of clients connecting at once "
