@@ -78,6 +78,10 @@ class ReplicaFetcher(threading.Thread):
 
     # -- called by the replica manager ------------------------------------------------
 
+    def set_security(self, security) -> None:
+        """Client settings for the next connection to the leader."""
+        self._security = security
+
     def add(self, tp: TopicPartition, target: FetchTarget) -> None:
         with self._cond:
             self._targets[tp] = target

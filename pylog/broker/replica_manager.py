@@ -97,6 +97,16 @@ class ReplicaManager:
         self._metadata_changed = True
         self._signal.set()
 
+    def set_security(self, security) -> None:
+        """New client settings for the inter-broker listener (a rotated keystore or
+        truststore): every fetcher's next connection uses them; open ones are kept, as
+        Kafka keeps them."""
+        with self._lock:
+            self._fetch_settings["security"] = security
+            fetchers = list(self._fetchers.values())
+        for fetcher in fetchers:
+            fetcher.set_security(security)
+
     def begin_shutdown(self) -> None:
         """Controlled shutdown: stop following (as Kafka's controller stops a departing
         broker's follower replicas), so leaders do not take it back into their ISRs."""

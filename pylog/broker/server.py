@@ -36,7 +36,7 @@ from pylog.broker.replica_manager import ReplicaManager
 from pylog.broker import (
     delete_records, elections, log_dirs, producers_admin, reassignments, txn_markers)
 from pylog.broker.txn_markers import TxnMarkerService
-from pylog.client.security import SecurityConfig
+from pylog.client.security import SecurityConfig, reload_ssl_contexts
 from pylog.cluster.metadata import ClusterMetadata
 from pylog.cluster.standalone import StandaloneMetadata
 from pylog.coordinator.coordinator import GroupCoordinator
@@ -130,6 +130,7 @@ class Broker:
         self._servers: list[tuple[ListenerSpec, socket.socket]] = []
         # What each TLS listener's context was built from: settings and file stamps.
         self._tls_stamps: dict[str, tuple] = {}
+        self._client_tls_stamp: tuple | None = None  # the same, for the replica fetchers
         self._processors: list[Processor] = []
         self._acceptors: list[Acceptor] = []
         self._stopped = threading.Event()
@@ -245,7 +246,9 @@ class Broker:
                 fetch_partition_max_bytes=config["replica.fetch.max.bytes"],
                 fetch_backoff_ms=config["replica.fetch.backoff.ms"], wake=waiters.notify,
                 listener=config.inter_broker_listener_name,
-                security=SecurityConfig.from_mapping(config.inter_broker_client_settings()))
+                security=SecurityConfig.from_mapping(initial.inter_broker_client_settings()))
+            self._client_tls_stamp = _tls_stamp(
+                initial.tls_settings(initial.inter_broker_listener_name))
             logs.replicas = self.replicas
             self.metadata.add_listener(self.replicas.on_metadata_change)
             self.replicas.start()
@@ -325,7 +328,28 @@ class Broker:
                 metadata.set_unclean_leader_election_default(unclean)
             for acceptor in self._acceptors:
                 self._reload_tls(acceptor, new)
+            if self.replicas is not None:
+                self._reload_inter_broker_security(new)
         return apply
+
+    def _reload_inter_broker_security(self, config: BrokerConfig) -> None:
+        """The replica fetchers connect with the inter-broker listener's keystore and
+        truststore: after either changed (a new file, or the same one replaced in place),
+        their next connections present and trust the new ones."""
+        name = config.inter_broker_listener_name
+        stamp = _tls_stamp(config.tls_settings(name))
+        if self._client_tls_stamp == stamp:
+            return
+        try:
+            security = SecurityConfig.from_mapping(config.inter_broker_client_settings())
+        except ConfigError as error:
+            log.error("replica fetchers keep their TLS settings: %s", error)
+            return
+        reload_ssl_contexts()
+        self.replicas.set_security(security)
+        self._client_tls_stamp = stamp
+        log.info("replica fetchers: new connections use the TLS settings of listener %s",
+                 name)
 
     def _reload_tls(self, acceptor: Acceptor, config: BrokerConfig) -> None:
         """A TLS listener whose settings or keystore/truststore files changed takes a new

@@ -201,6 +201,12 @@ def _ssl_context(config: SecurityConfig) -> ssl.SSLContext:
     return context
 
 
+def reload_ssl_contexts() -> None:
+    """Forget the TLS contexts built so far: the next connection of every configuration
+    reads its certificate, key and CA files again (a keystore replaced in place)."""
+    _ssl_context.cache_clear()
+
+
 def _ssl_reason(exc: BaseException) -> str:
     return getattr(exc, "reason", None) or getattr(exc, "strerror", None) or type(exc).__name__
 

@@ -3,8 +3,9 @@ listener that requires client certificates, while clients use PLAINTEXT.
 
 Each broker registers both endpoints in ZooKeeper. A replicated topic with
 ``min.insync.replicas=2`` accepts acks=all writes only while the follower fetches (over
-TLS, with the broker's own certificate); after the leader is killed the other broker
-serves every record.
+TLS, with the broker's own certificate). A keystore rotated at run time reaches the
+follower's replica fetcher: its next connection presents the new certificate. After the
+leader is killed the other broker serves every record.
 """
 
 from __future__ import annotations
@@ -13,18 +14,29 @@ import json
 import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType)
 
+from pylog.client import Admin
 from pylog.cluster.session import close_client, connect_client
 from pylog.testing.broker import BrokerProcess
-from pylog.testing.certs import TestCertificates
+from pylog.testing.certs import HOSTS, TestCertificates
 from pylog.testing.zookeeper import zk_chroot_fixture, zookeeper_fixture
 from pylog.testing.waiting import wait_until
+from pylog.types import TopicPartition as PylogPartition
 
 zookeeper = zookeeper_fixture()
 zk_connect = zk_chroot_fixture()
 
 TOPIC = "tls-replicated"
+
+
+def alter_internal(admin: AdminClient, broker_id: int, key: str, value) -> None:
+    """Set ``listener.name.internal.<key>`` of one broker at run time."""
+    resource = ConfigResource(ResourceType.BROKER, str(broker_id), incremental_configs=[
+        ConfigEntry(f"listener.name.internal.{key}", str(value),
+                    incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(15)
 
 
 def test_replicas_fetch_over_a_mutual_tls_inter_broker_listener(tmp_path, zk_connect):
@@ -71,6 +83,30 @@ def test_replicas_fetch_over_a_mutual_tls_inter_broker_listener(tmp_path, zk_con
             producer.produce(TOPIC, value, partition=0,
                              on_delivery=lambda error, _m: error and failures.append(error))
         assert producer.flush(20) == 0 and failures == []
+
+        # A certificate rotated at run time (KIP-226) reaches the replica fetchers too:
+        # the follower's keystore becomes one from another CA, which the leader alone is
+        # then set to trust. After the leader restarts and leads again, the follower's
+        # fetcher connects anew and must present the new certificate to stay in sync.
+        follower = 3 - leader
+        rotated = certs.stranger_ca.issue("broker", HOSTS).write_keystore(
+            certs.directory / "rotated-broker.pem", certs.key_password)
+        alter_internal(admin, leader, "ssl.truststore.location", certs.stranger_truststore)
+        alter_internal(admin, follower, "ssl.keystore.location", rotated)
+        brokers[leader - 1].restart()  # the follower leads meanwhile
+        wait_until(lambda: in_sync() and in_sync().leader == follower,
+                   message="the restarted broker back in the ISR")
+        with Admin(bootstrap) as pylog_admin:
+            assert pylog_admin.elect_leaders([PylogPartition(TOPIC, 0)]) == {
+                PylogPartition(TOPIC, 0): None}
+        wait_until(lambda: in_sync() and in_sync().leader == leader, timeout=30,
+                   message="the follower fetching with its rotated certificate")
+        more = [b"rotated-%d" % i for i in range(100)]
+        for value in more:
+            producer.produce(TOPIC, value, partition=0,
+                             on_delivery=lambda error, _m: error and failures.append(error))
+        assert producer.flush(20) == 0 and failures == []
+        values += more
 
         brokers[leader - 1].kill()
         survivor = brokers[2 - leader]
