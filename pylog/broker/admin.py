@@ -41,7 +41,7 @@ def _reachable(brokers, listener: str | None) -> list:
 
 
 def _unknown_topic_id(topic_id, version: int) -> dict:
-    """A topic asked for by id only (Metadata v10+): pylog topics have no ids."""
+    """A topic asked for by an id no topic has (Metadata v10+)."""
     return {"error_code": UNKNOWN_TOPIC_ID, "name": None if version >= 12 else "",
             "topic_id": topic_id, "is_internal": False, "partitions": [],
             "topic_authorized_operations": NOT_REQUESTED}
@@ -71,8 +71,9 @@ class AdminHandlers:
                         and (version < 4 or body["allow_auto_topic_creation"]))
         unreachable = {b.broker_id for b in live} - {b.broker_id for b in reachable}
         topics = [self._topic_metadata(t["name"], allow_create, unreachable, version)
-                  if t["name"] is not None
-                  else _unknown_topic_id(t["topic_id"], version) for t in requested]
+                  if t["name"] is not None else self._topic_by_id(t["topic_id"], unreachable,
+                                                                   version)
+                  for t in requested]
         if version >= 8 and body["include_topic_authorized_operations"]:
             for topic in topics:  # (with an authorizer, RequestAuthorization narrows these)
                 if topic["error_code"] == 0:
@@ -109,6 +110,14 @@ class AdminHandlers:
             if body["include_cluster_authorized_operations"] else NOT_REQUESTED,
         }
 
+    def _topic_by_id(self, topic_id, unreachable: set[int], version: int) -> dict:
+        """A topic asked for by its id only (Metadata v10+)."""
+        name = next((t.name for t in self.metadata.topics().values()
+                     if topic_id is not None and t.topic_id == topic_id), None)
+        if name is None:
+            return _unknown_topic_id(topic_id, version)
+        return self._topic_metadata(name, False, unreachable, version)
+
     def _topic_metadata(self, name: str, allow_create: bool,
                         unreachable: set[int] = frozenset(), version: int = 0) -> dict:
         result = {"error_code": 0, "name": name, "is_internal": name in INTERNAL_TOPICS,
@@ -128,6 +137,7 @@ class AdminHandlers:
             if topic is None:
                 result["error_code"] = LEADER_NOT_AVAILABLE
                 return result
+        result["topic_id"] = topic.topic_id
         live_ids = {b.broker_id for b in self.metadata.brokers()}
         for index in sorted(topic.partitions):
             state = topic.partitions[index]
@@ -196,8 +206,9 @@ class AdminHandlers:
                 if self.metadata.topic(name) is not None:
                     raise TopicAlreadyExistsError(f"topic {name!r} already exists")
             else:
-                self.metadata.create_topic(name, partitions, replication, configs,
-                                           assignment=assignment)
+                created = self.metadata.create_topic(name, partitions, replication, configs,
+                                                     assignment=assignment)
+                result["topic_id"] = created.topic_id
                 log.info("created topic %s with %d partitions", name, partitions)
         except KafkaError as error:
             result.update(error_code=error.errno, error_message=str(error),

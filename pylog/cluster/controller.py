@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from typing import Callable
 
 from kazoo.client import KazooClient
@@ -175,6 +176,8 @@ class Controller:
                 data, stat = self._client.get(layout.topic_path(topic))
             except NoNodeError:
                 continue
+            if layout.decode_topic_id(data) is None:
+                self._give_topic_id(topic, data, stat.version)
             for partition, replicas in sorted(layout.decode_assignment(data).items()):
                 key = (topic, partition, stat.czxid)
                 seen.add(key)
@@ -184,6 +187,16 @@ class Controller:
                     settled = False  # a leader changed its ISR meanwhile: decide again
         self._states = {key: value for key, value in self._states.items() if key in seen}
         return settled
+
+    def _give_topic_id(self, topic: str, data: bytes, version: int) -> None:
+        """A topic created by a broker that wrote no topic ids gets one, as Kafka's
+        controller gives them (a change meanwhile: the next pass sees the new node)."""
+        try:
+            self._client.set(layout.topic_path(topic),
+                             layout.with_topic_id(data, uuid.uuid4()), version=version)
+            log.info("controller %d: topic %s given an id", self.broker_id, topic)
+        except (BadVersionError, NoNodeError):
+            pass
 
     def forget_states(self) -> None:
         """Partition states changed behind our back (a leader's ISR write): read them

@@ -21,9 +21,11 @@ the PLAINTEXT endpoint's (null and -1 without one)::
      "endpoints": ["CLIENT://h:9093", "INTERNAL://h:9092"],
      "listener_security_protocol_map": {"CLIENT": "SASL_SSL", "INTERNAL": "PLAINTEXT"}}
 
-``/brokers/topics/<topic>`` (persistent, replica assignment)::
+``/brokers/topics/<topic>`` (persistent, replica assignment; Kafka's version 3 with the
+topic id, which topics created by older brokers lack until the controller gives them one)::
 
-    {"version": 1, "partitions": {"0": [1, 2], "1": [2, 0]}}
+    {"version": 3, "topic_id": "<22-char url-safe base64 uuid>",
+     "partitions": {"0": [1, 2], "1": [2, 0]}, "adding_replicas": {}, "removing_replicas": {}}
 
 ``/brokers/topics/<topic>/partitions/<p>/state`` (persistent, written by the controller)::
 
@@ -233,9 +235,50 @@ class PartitionStateNode:
                    tuple(int(b) for b in node.get("isr", [])), int(node["controller_epoch"]))
 
 
-def encode_assignment(assignment: Mapping[int, tuple[int, ...]]) -> bytes:
-    return json.dumps({"version": 1, "partitions": {
-        str(p): list(replicas) for p, replicas in sorted(assignment.items())}}).encode()
+def encode_assignment(assignment: Mapping[int, tuple[int, ...]],
+                      topic_id: uuid.UUID | None = None) -> bytes:
+    """A topic node: Kafka's version 3 with ``topic_id``, else version 1."""
+    partitions = {str(p): list(replicas) for p, replicas in sorted(assignment.items())}
+    if topic_id is None:
+        return json.dumps({"version": 1, "partitions": partitions}).encode()
+    return json.dumps({"version": 3, "topic_id": uuid_text(topic_id), "partitions": partitions,
+                       "adding_replicas": {}, "removing_replicas": {}}).encode()
+
+
+def replace_assignment(data: bytes, assignment: Mapping[int, tuple[int, ...]]) -> bytes:
+    """The topic node ``data`` with a new assignment, every other field (the topic id)
+    kept."""
+    node = json.loads(data)
+    node["partitions"] = {str(p): list(replicas) for p, replicas in sorted(assignment.items())}
+    return json.dumps(node).encode()
+
+
+def with_topic_id(data: bytes, topic_id: uuid.UUID) -> bytes:
+    """The topic node ``data`` of a topic created without an id, given ``topic_id``."""
+    node = json.loads(data)
+    node.update(version=max(int(node.get("version", 1)), 3), topic_id=uuid_text(topic_id))
+    node.setdefault("adding_replicas", {})
+    node.setdefault("removing_replicas", {})
+    return json.dumps(node).encode()
+
+
+def decode_topic_id(data: bytes) -> uuid.UUID | None:
+    """The topic id of a topic node; None for a topic created without one."""
+    text = json.loads(data).get("topic_id")
+    return parse_uuid_text(text) if text else None
+
+
+def uuid_text(value: uuid.UUID) -> str:
+    """A UUID as Kafka writes it: url-safe base64 of its 16 bytes, unpadded."""
+    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode()
+
+
+def parse_uuid_text(text: str) -> uuid.UUID:
+    """The inverse of :func:`uuid_text`; ValueError if ``text`` is not one."""
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if len(raw) != 16:
+        raise ValueError(f"not a 16-byte id: {text!r}")
+    return uuid.UUID(bytes=raw)
 
 
 def decode_assignment(data: bytes) -> dict[int, tuple[int, ...]]:
@@ -304,7 +347,7 @@ def decode_topic_config(data: bytes) -> dict[str, str]:
 
 def new_cluster_id() -> str:
     """A cluster id as Kafka makes them: a random UUID in url-safe base64, unpadded."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    return uuid_text(uuid.uuid4())
 
 
 def encode_cluster_id(cluster_id: str) -> bytes:

@@ -8,6 +8,7 @@ never by a round trip per request.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 
@@ -35,6 +36,9 @@ class TopicMetadata:
     name: str
     partitions: Mapping[int, PartitionState]
     configs: Mapping[str, str] = field(default_factory=dict)
+    # Given at creation, never reused: tells a topic from one deleted and created again
+    # under its name (None: a topic of a cluster that has not given it one yet).
+    topic_id: uuid.UUID | None = None
 
     @property
     def num_partitions(self) -> int:

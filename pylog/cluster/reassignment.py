@@ -119,7 +119,7 @@ class Reassigner:
             log.info("controller %d: reassigning %s-%d: replicas %s -> %s", self._broker_id,
                      topic, partition, list(assignment[partition]), list(step[1]))
             self._commit(lambda txn: txn.set_data(
-                layout.topic_path(topic), layout.encode_assignment(new_assignment),
+                layout.topic_path(topic), layout.replace_assignment(data, new_assignment),
                 version=topic_stat.version))
             return False
         _, leader, isr = step
@@ -132,7 +132,7 @@ class Reassigner:
 
         def operations(txn) -> None:
             txn.set_data(state_path, new_state.encode(), version=state_stat.version)
-            txn.set_data(layout.topic_path(topic), layout.encode_assignment(new_assignment),
+            txn.set_data(layout.topic_path(topic), layout.replace_assignment(data, new_assignment),
                          version=topic_stat.version)
         self._commit(operations)
         return True

@@ -7,16 +7,21 @@ temporary file and a rename after every change, so a crash leaves either the old
 new state::
 
     {"version": 1,
-     "topics": {"events": {"partitions": 4, "configs": {"retention.ms": "3600000"}}}}
+     "topics": {"events": {"partitions": 4, "configs": {"retention.ms": "3600000"},
+                           "topic_id": "<22-char url-safe base64 uuid>"}}}
+
+A topic gets its id at creation; topics of an older ``topics.json`` get one at start.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import uuid
 from pathlib import Path
 from typing import Callable, Mapping
 
+from pylog.cluster.layout import parse_uuid_text, uuid_text
 from pylog.cluster.metadata import PartitionState, TopicMetadata
 from pylog.cluster.placement import check_partition_growth, validate_topic_name
 from pylog.cluster.producer_ids import ProducerIdBlock, allocate_file_block
@@ -50,9 +55,14 @@ class StandaloneMetadata:
         self._lock = threading.Lock()
         self._listeners: list[Callable[[], None]] = []
         self._topics: dict[str, TopicMetadata] = {}
-        for name, entry in self._read_state().items():
-            self._topics[name] = self._topic(name, int(entry["partitions"]),
-                                             dict(entry.get("configs", {})))
+        state = self._read_state()
+        for name, entry in state.items():
+            topic_id = entry.get("topic_id")
+            self._topics[name] = self._topic(
+                name, int(entry["partitions"]), dict(entry.get("configs", {})),
+                parse_uuid_text(topic_id) if topic_id else uuid.uuid4())
+        if any("topic_id" not in entry for entry in state.values()):
+            self._write_state(self._topics)
 
     def controller_id(self) -> int:
         return self.local_broker_id
@@ -84,7 +94,7 @@ class StandaloneMetadata:
         with self._lock:
             if name in self._topics:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
-            topic = self._topic(name, num_partitions, dict(configs or {}))
+            topic = self._topic(name, num_partitions, dict(configs or {}), uuid.uuid4())
             topics = dict(self._topics)
             topics[name] = topic
             self._write_state(topics)
@@ -104,7 +114,7 @@ class StandaloneMetadata:
             if current is None:
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
             check_partition_growth(name, current.num_partitions, total)
-            topic = self._topic(name, total, dict(current.configs))
+            topic = self._topic(name, total, dict(current.configs), current.topic_id)
             topics = dict(self._topics)
             topics[name] = topic
             self._write_state(topics)
@@ -124,7 +134,7 @@ class StandaloneMetadata:
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
             configs = dict(alter(dict(current.configs)))
             topics = dict(self._topics)
-            topics[name] = TopicMetadata(name, current.partitions, configs)
+            topics[name] = TopicMetadata(name, current.partitions, configs, current.topic_id)
             self._write_state(topics)
             self._topics = topics
         self._notify()
@@ -151,10 +161,11 @@ class StandaloneMetadata:
     def close(self) -> None:
         self._listeners.clear()
 
-    def _topic(self, name: str, num_partitions: int, configs: dict[str, str]) -> TopicMetadata:
+    def _topic(self, name: str, num_partitions: int, configs: dict[str, str],
+               topic_id: uuid.UUID) -> TopicMetadata:
         me = self.local_broker_id
         partitions = {p: PartitionState(p, me, 0, (me,), (me,)) for p in range(num_partitions)}
-        return TopicMetadata(name, partitions, configs)
+        return TopicMetadata(name, partitions, configs, topic_id)
 
     def _notify(self) -> None:
         for callback in list(self._listeners):
@@ -174,7 +185,8 @@ class StandaloneMetadata:
 
     def _write_state(self, topics: Mapping[str, TopicMetadata]) -> None:
         state = {"version": _FORMAT_VERSION, "topics": {
-            name: {"partitions": t.num_partitions, "configs": dict(t.configs)}
+            name: {"partitions": t.num_partitions, "configs": dict(t.configs),
+                   "topic_id": uuid_text(t.topic_id)}
             for name, t in sorted(topics.items())}}
         self._path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomically(self._path, json.dumps(state, indent=1))

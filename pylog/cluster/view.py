@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from dataclasses import replace
 from types import MappingProxyType
 from typing import Callable, Mapping
@@ -50,6 +51,7 @@ class ClusterView:
         self._generation = 0
         self._topic_generation: dict[str, int] = {}
         self._assignments: dict[str, dict[int, tuple[int, ...]]] = {}
+        self._topic_ids: dict[str, uuid.UUID | None] = {}
         self._configs: dict[str, dict[str, str]] = {}
         self._states: dict[str, dict[int, tuple[PartitionStateNode, int]]] = {}
         # Watches set: ("config"|"assignment", topic, generation) and
@@ -212,7 +214,7 @@ class ClusterView:
             current = set(children)
             for gone in set(self._topic_generation) - current:
                 del self._topic_generation[gone]
-                for table in (self._assignments, self._configs, self._states):
+                for table in (self._assignments, self._topic_ids, self._configs, self._states):
                     table.pop(gone, None)
                 self._watched = {key for key in self._watched if key[1] != gone}
                 self._snapshot = {k: v for k, v in self._snapshot.items() if k != gone}
@@ -232,9 +234,11 @@ class ClusterView:
             with self._lock:
                 if data is None:
                     self._assignments.pop(topic, None)
+                    self._topic_ids.pop(topic, None)
                 else:
                     try:
                         self._assignments[topic] = layout.decode_assignment(data)
+                        self._topic_ids[topic] = layout.decode_topic_id(data)
                     except (ValueError, KeyError, TypeError, AttributeError):
                         log.warning("ignoring unreadable assignment of topic %s", topic)
                         return None
@@ -331,4 +335,5 @@ class ClusterView:
             partitions[partition] = PartitionState(partition, leader, node.leader_epoch,
                                                    replicas, node.isr)
         return TopicMetadata(topic, MappingProxyType(partitions),
-                             MappingProxyType(dict(self._configs.get(topic, {}))))
+                             MappingProxyType(dict(self._configs.get(topic, {}))),
+                             self._topic_ids.get(topic))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from contextlib import contextmanager
 from typing import Callable, Iterator, Mapping
 
@@ -216,7 +217,7 @@ class ZkClusterMetadata:
         """The assignment and the config node, in one transaction."""
         config_data = layout.encode_topic_config(configs)
         txn = self._client.transaction()
-        txn.create(layout.topic_path(name), layout.encode_assignment(assignment))
+        txn.create(layout.topic_path(name), layout.encode_assignment(assignment, uuid.uuid4()))
         if self._client.exists(layout.topic_config_path(name)):
             txn.set_data(layout.topic_config_path(name), config_data)
         else:
@@ -271,7 +272,8 @@ class ZkClusterMetadata:
             assignment = dict(current)
             assignment.update(added)
             try:
-                self._client.set(layout.topic_path(name), layout.encode_assignment(assignment),
+                self._client.set(layout.topic_path(name),
+                                 layout.replace_assignment(data, assignment),
                                  version=stat.version)
             except BadVersionError:
                 raise RequestTimedOutError(f"the assignment of {name!r} changed meanwhile; "

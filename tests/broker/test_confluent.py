@@ -164,6 +164,9 @@ def test_describe_cluster_topics_and_groups_without_an_authorizer(broker):
     topic = admin.describe_topics(TopicCollection(["described"]),
                                   include_authorized_operations=True)["described"].result(15)
     assert len(topic.partitions) == 2 and len(topic.authorized_operations) == 8
+    assert str(topic.topic_id) not in ("", "AAAAAAAAAAAAAAAAAAAAAA")  # a real id (KIP-516)
+    assert str(admin.describe_topics(TopicCollection(["described"]))["described"].result(
+        15).topic_id) == str(topic.topic_id)
     group = admin.describe_consumer_groups(["nobody"], include_authorized_operations=True)[
         "nobody"].result(15)
     assert set(group.authorized_operations) == {

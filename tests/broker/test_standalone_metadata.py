@@ -45,3 +45,23 @@ def test_duplicates_and_unknown_deletes(tmp_path):
         meta.create_topic("t", 2)
     with pytest.raises(UnknownTopicOrPartitionError):
         meta.delete_topic("missing")
+
+
+def test_topic_ids_are_kept_and_topics_of_an_older_state_get_one(tmp_path):
+    import json
+
+    meta = StandaloneMetadata(tmp_path, ME, "cid")
+    first = meta.create_topic("events", 2).topic_id
+    assert first is not None and meta.create_topic("other", 1).topic_id != first
+    meta.add_partitions("events", 3)
+    meta.alter_topic_configs("events", lambda current: {"retention.ms": "5"})
+    assert meta.topic("events").topic_id == first
+    assert StandaloneMetadata(tmp_path, ME, "cid").topic("events").topic_id == first
+    # A topics.json written before topics had ids: each gets one at start, kept after.
+    state = json.loads((tmp_path / STATE_FILE).read_text())
+    for entry in state["topics"].values():
+        del entry["topic_id"]
+    (tmp_path / STATE_FILE).write_text(json.dumps(state))
+    given = StandaloneMetadata(tmp_path, ME, "cid").topic("events").topic_id
+    assert given not in (None, first)
+    assert StandaloneMetadata(tmp_path, ME, "cid").topic("events").topic_id == given

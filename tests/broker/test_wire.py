@@ -112,17 +112,32 @@ def test_unknown_and_invalid_topics(wire):
 
 
 @pytest.mark.parametrize("version", [10, 11, 12])
-def test_metadata_for_topics_asked_by_id_only_says_unknown_topic_id(wire, version):
+def test_metadata_names_topic_ids_and_finds_topics_by_id(wire, version):
     name = f"by-name-v{version}"
-    create(wire, name)
-    topic_id = uuid.UUID("0123456789abcdef0123456789abcdef")
+    created = wire.call(ApiKey.CREATE_TOPICS, 7, create_body(name, 2))["topics"][0]
+    assert created["error_code"] == 0
+    topic_id = created["topic_id"]
+    assert topic_id not in (None, uuid.UUID(int=0))
+    unknown = uuid.UUID("0123456789abcdef0123456789abcdef")
     meta = wire.call(ApiKey.METADATA, version, {
-        "topics": [{"topic_id": topic_id, "name": None}, {"name": name}],
+        "topics": [{"topic_id": unknown, "name": None}, {"name": name},
+                   {"topic_id": topic_id, "name": None}],
         "allow_auto_topic_creation": False})
-    by_id, by_name = meta["topics"]
-    assert by_id["error_code"] == UNKNOWN_TOPIC_ID and by_id["topic_id"] == topic_id
-    assert by_id["name"] == (None if version >= 12 else "") and by_id["partitions"] == []
+    missing, by_name, by_id = meta["topics"]
+    assert missing["error_code"] == UNKNOWN_TOPIC_ID and missing["topic_id"] == unknown
+    assert missing["name"] == (None if version >= 12 else "") and missing["partitions"] == []
     assert by_name["error_code"] == 0 and by_name["name"] == name
+    assert by_name["topic_id"] == topic_id
+    assert by_id["error_code"] == 0 and by_id["name"] == name
+    assert by_id["topic_id"] == topic_id and len(by_id["partitions"]) == 2
+    # A topic deleted and created again under its name is another topic.
+    assert wire.call(ApiKey.DELETE_TOPICS, 4, {"topic_names": [name], "timeout_ms": 10000})[
+        "responses"][0]["error_code"] == 0
+    again = wire.call(ApiKey.CREATE_TOPICS, 7, create_body(name, 1))["topics"][0]
+    assert again["error_code"] == 0 and again["topic_id"] not in (topic_id, uuid.UUID(int=0))
+    meta = wire.call(ApiKey.METADATA, version, {
+        "topics": [{"topic_id": topic_id, "name": None}], "allow_auto_topic_creation": False})
+    assert meta["topics"][0]["error_code"] == UNKNOWN_TOPIC_ID
 
 
 def test_fetch_out_of_range(wire):

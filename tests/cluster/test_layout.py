@@ -1,6 +1,9 @@
 """ZooKeeper node JSON against the 0.8-era layout Kafka tools read."""
 
 import json
+import uuid
+
+import pytest
 
 from pylog.cluster import layout
 from pylog.cluster.layout import BrokerRegistration, PartitionStateNode
@@ -37,6 +40,23 @@ def test_assignment_json_round_trip():
     data = layout.encode_assignment({1: (2, 0), 0: (1, 2)})
     assert json.loads(data) == {"version": 1, "partitions": {"0": [1, 2], "1": [2, 0]}}
     assert layout.decode_assignment(data) == {0: (1, 2), 1: (2, 0)}
+    assert layout.decode_topic_id(data) is None
+
+
+def test_topic_ids_in_the_topic_node_as_kafka_writes_them():
+    topic_id = uuid.UUID("0123456789abcdef0123456789abcdef")
+    data = layout.encode_assignment({0: (1, 2)}, topic_id)
+    assert json.loads(data) == {"version": 3, "topic_id": "ASNFZ4mrze8BI0VniavN7w",
+                                "partitions": {"0": [1, 2]}, "adding_replicas": {},
+                                "removing_replicas": {}}
+    assert layout.decode_topic_id(data) == topic_id
+    grown = layout.replace_assignment(data, {0: (1, 2), 1: (2, 1)})
+    assert layout.decode_topic_id(grown) == topic_id
+    assert layout.decode_assignment(grown) == {0: (1, 2), 1: (2, 1)}
+    old = layout.encode_assignment({0: (3,)})
+    assert layout.decode_topic_id(layout.with_topic_id(old, topic_id)) == topic_id
+    with pytest.raises(ValueError):
+        layout.parse_uuid_text("AAAA")
 
 
 def test_controller_and_cluster_id_nodes():

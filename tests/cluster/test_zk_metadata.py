@@ -75,8 +75,10 @@ def test_topic_placement_and_leaders_follow_the_seed_rule(start_broker, zk_clien
     assert {p: s.replicas for p, s in created.partitions.items()} == expected
     assert {p: s.leader for p, s in created.partitions.items()} == {
         p: replicas[0] for p, replicas in expected.items()}
-    assert json.loads(zk_client.get("/brokers/topics/spread")[0]) == {
-        "version": 1, "partitions": {str(p): list(r) for p, r in expected.items()}}
+    node = json.loads(zk_client.get("/brokers/topics/spread")[0])
+    assert node == {"version": 3, "topic_id": layout.uuid_text(created.topic_id),
+                    "partitions": {str(p): list(r) for p, r in expected.items()},
+                    "adding_replicas": {}, "removing_replicas": {}}
     state = json.loads(zk_client.get("/brokers/topics/spread/partitions/2/state")[0])
     # Every live replica starts in sync: they all hold the same empty log.
     assert state["leader"] == 30 and state["isr"] == [30, 10] and state["leader_epoch"] == 0
@@ -87,6 +89,28 @@ def test_topic_placement_and_leaders_follow_the_seed_rule(start_broker, zk_clien
         wait_until(lambda: leaders(metadata, "spread") == {
             p: r[0] for p, r in expected.items()}, message="every view shows the leaders")
         assert metadata.topic("spread").configs == {"retention.ms": "60000"}
+        assert metadata.topic("spread").topic_id == created.topic_id
+
+
+def test_topic_ids_survive_changes_and_old_topics_are_given_one(start_broker, zk_client):
+    brokers = [start_broker(broker_id) for broker_id in (1, 2)]
+    wait_until(lambda: len(brokers[0].brokers()) == 2, message="two live brokers")
+    topic_id = brokers[0].create_topic("kept", 1, replication_factor=2).topic_id
+    assert topic_id is not None
+    brokers[1].add_partitions("kept", 3)
+    assert layout.decode_topic_id(zk_client.get("/brokers/topics/kept")[0]) == topic_id
+    for metadata in brokers:
+        wait_until(lambda: metadata.topic("kept") is not None
+                   and metadata.topic("kept").num_partitions == 3, message="three partitions")
+        assert metadata.topic("kept").topic_id == topic_id
+    # A topic written the way older brokers and tools write it, without an id: the
+    # controller gives it one, and every broker sees the same.
+    zk_client.create("/brokers/topics/legacy", layout.encode_assignment({0: (1, 2)}))
+    given = wait_until(lambda: layout.decode_topic_id(
+        zk_client.get("/brokers/topics/legacy")[0]), message="an id for the old topic")
+    for metadata in brokers:
+        wait_until(lambda: metadata.topic("legacy") is not None
+                   and metadata.topic("legacy").topic_id == given, message="the id seen")
 
 
 def test_topic_creation_errors(start_broker):
