@@ -311,11 +311,18 @@ class RequestAuthorization:
             return Verdict(body, hide)
         may_create = (self.config["auto.create.topics.enable"]
                       and (version < 4 or body["allow_auto_topic_creation"]))
-        kept, refused = [], []
+        kept, refused, refused_ids = [], [], []
+        by_id = None
         for topic in requested:
             name = topic["name"]
-            if name is None:
-                kept.append(topic)
+            if name is None:  # asked for by id: checked as the topic it names
+                if by_id is None:
+                    by_id = {t.topic_id: t.name for t in self.metadata.topics().values()}
+                named = by_id.get(topic["topic_id"])
+                if named is not None and not access.topic(Op.DESCRIBE, named):
+                    refused_ids.append(topic["topic_id"])
+                else:
+                    kept.append(topic)
             elif not access.topic(Op.DESCRIBE, name):
                 refused.append(name)
             elif (may_create and self.metadata.topic(name) is None
@@ -325,6 +332,9 @@ class RequestAuthorization:
                 kept.append(topic)
         errors = [{"error_code": TOPIC_AUTHORIZATION_FAILED, "name": name, "is_internal": False,
                    "partitions": []} for name in refused]
+        errors += [{"error_code": TOPIC_AUTHORIZATION_FAILED, "topic_id": topic_id,
+                    "name": None if version >= 12 else "", "is_internal": False,
+                    "partitions": []} for topic_id in refused_ids]
         if not errors:
             return Verdict(body)
 

@@ -10,6 +10,7 @@ from 127.0.0.2 are an ANONYMOUS principal that ACL does not cover.
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 
@@ -20,6 +21,7 @@ from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation,
                                    AclPermissionType, AdminClient, NewTopic, ResourcePatternType,
                                    ResourceType)
 
+from pylog.cluster.layout import parse_uuid_text
 from pylog.protocol import ApiKey
 from pylog.security.acl_store import FileAclStore
 from pylog.security.acls import (
@@ -180,7 +182,18 @@ def test_metadata_lists_only_topics_the_principal_may_describe(broker, admin):
     assert named.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     with WireClient(broker.bootstrap) as wire:
         everything = wire.call(ApiKey.METADATA, 12, {"topics": None})
-    assert "secret" not in {t["name"] for t in everything["topics"]}
+        assert "secret" not in {t["name"] for t in everything["topics"]}
+        # Asked for by id alone, a topic is checked as the topic it names.
+        ids = {name: parse_uuid_text(entry["topic_id"]) for name, entry in json.loads(
+            (broker.log_dir / "topics.json").read_text())["topics"].items()}
+        by_id = wire.call(ApiKey.METADATA, 12, {"topics": [
+            {"topic_id": ids["secret"], "name": None},
+            {"topic_id": ids["logs.seen"], "name": None}], "allow_auto_topic_creation": False})
+    hidden, seen = sorted(by_id["topics"], key=lambda t: t["name"] is not None)
+    assert hidden["error_code"] == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert hidden["topic_id"] == ids["secret"] and hidden["name"] is None
+    assert hidden["partitions"] == []
+    assert seen["error_code"] == 0 and seen["name"] == "logs.seen" and seen["partitions"]
 
 
 def wire_from(source_host: str, bootstrap: str) -> WireClient:
