@@ -56,8 +56,10 @@ _SIZE = struct.Struct(">i")
 _API_KEY = struct.Struct(">h")
 RECV_CHUNK = 256 * 1024
 # A frame at least this large is read into a buffer of its own once its size is known:
-# one copy from the kernel, none through the connection's buffer.
+# one copy from the kernel, none through the connection's buffer. The buffer starts at
+# FRAME_BUFFER_START (or the frame's size, if smaller) and doubles as the bytes arrive.
 LARGE_FRAME = 64 * 1024
+FRAME_BUFFER_START = 2 * 1024 * 1024
 MAX_PRODUCE_RUN = 512  # Produce frames of one connection handled together at most
 _PRODUCE = int(ApiKey.PRODUCE)
 # Stop reading from a client whose responses pile up beyond this (it reads too slowly).
@@ -110,10 +112,11 @@ class Connection:
         self.file_chunk: memoryview | None = None  # read from a region, not yet sent
         self.budget = budget
         self.inbound = bytearray()
-        # A large frame read straight into a buffer of its own size (4-byte size prefix
+        # A large frame read straight into a buffer of its own (4-byte size prefix
         # included), with no copy through ``inbound``; ``frame_filled`` bytes so far.
         self.frame: bytearray | None = None
         self.frame_filled = 0
+        self.frame_size = 0  # the whole frame's: ``frame`` grows to it as bytes arrive
         self.charge = 0  # bytes of ``budget`` this connection holds
         self.missing = 0  # bytes still to come of a frame already charged
         self.outbound: collections.deque = collections.deque()  # bytes/memoryview/regions
@@ -147,7 +150,7 @@ class Connection:
     def recharge(self, max_frame: int) -> None:
         """Charge the budget for what the input buffer now holds."""
         if self.frame is not None:  # the whole frame, charged since its size arrived
-            charge, self.missing = len(self.frame), len(self.frame) - self.frame_filled
+            charge, self.missing = self.frame_size, self.frame_size - self.frame_filled
             self.budget.adjust(charge - self.charge)
             self.charge = charge
             return
@@ -425,6 +428,8 @@ class Processor(threading.Thread):
     def _read(self, conn: Connection) -> None:
         frame = conn.frame
         if frame is not None:  # the rest of a large frame (charged), into its own buffer
+            if conn.frame_filled == len(frame):
+                frame += bytes(min(len(frame), conn.frame_size - len(frame)))
             try:
                 with memoryview(frame) as view:
                     received = conn.sock.recv_into(view[conn.frame_filled:])
@@ -457,7 +462,7 @@ class Processor(threading.Thread):
         try:
             frame = conn.frame
             if frame is not None:
-                if conn.frame_filled < len(frame):
+                if conn.frame_filled < conn.frame_size:
                     return
                 conn.frame = None
                 self._handle(conn, memoryview(frame)[4:])
@@ -469,10 +474,14 @@ class Processor(threading.Thread):
                                           f"{_tls_hint(inbound, position, conn)}")
                 if len(inbound) - position - 4 < size:
                     if size >= LARGE_FRAME:
-                        # The rest goes straight into a buffer of the frame's size.
-                        frame = conn.frame = bytearray(4 + size)
-                        conn.frame_filled = len(inbound) - position
-                        frame[:conn.frame_filled] = inbound[position:]
+                        # The rest goes straight into a buffer of its own, which grows
+                        # (doubling) to the frame's size only as bytes arrive: a client
+                        # that announces a large frame and stops holds little memory.
+                        held = len(inbound) - position
+                        frame = conn.frame = bytearray(
+                            min(4 + size, max(FRAME_BUFFER_START, 2 * held)))
+                        frame[:held] = inbound[position:]
+                        conn.frame_filled, conn.frame_size = held, 4 + size
                         position = len(inbound)
                     break
                 if position == 0 and len(inbound) == 4 + size:

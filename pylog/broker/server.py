@@ -238,6 +238,9 @@ class Broker:
         self.manager.start(flush_check_ms=config["log.flush.scheduler.interval.ms"],
                            retention_check_ms=config["log.retention.check.interval.ms"],
                            checkpoint_ms=config["replica.high.watermark.checkpoint.interval.ms"])
+        # How this broker reaches the others (replica fetchers, transaction markers): the
+        # inter-broker listener's settings, dynamic ones included.
+        inter_broker = SecurityConfig.from_mapping(initial.inter_broker_client_settings())
         if config["zookeeper.connect"]:
             self.replicas = ReplicaManager(
                 logs, self.metadata, lag_time_ms=config["replica.lag.time.max.ms"],
@@ -246,7 +249,7 @@ class Broker:
                 fetch_partition_max_bytes=config["replica.fetch.max.bytes"],
                 fetch_backoff_ms=config["replica.fetch.backoff.ms"], wake=waiters.notify,
                 listener=config.inter_broker_listener_name,
-                security=SecurityConfig.from_mapping(initial.inter_broker_client_settings()))
+                security=inter_broker)
             self._client_tls_stamp = _tls_stamp(
                 initial.tls_settings(initial.inter_broker_listener_name))
             logs.replicas = self.replicas
@@ -255,7 +258,9 @@ class Broker:
         self.coordinator = GroupCoordinator(config, self.metadata, logs, waiters,
                                             self.clock, wall_ms=self.wall_ms).start()
         self.transactions = TransactionCoordinator(config, self.metadata, logs, waiters,
-                                                   self.clock, wall_ms=self.wall_ms).start()
+                                                   self.clock, wall_ms=self.wall_ms)
+        self.transactions.markers.security = inter_broker
+        self.transactions.start()
         self.sasl = SaslService(
             open_broker_store(config.log_dirs, config["zookeeper.connect"],
                               session_timeout_ms=config["zookeeper.session.timeout.ms"],
@@ -333,23 +338,29 @@ class Broker:
         return apply
 
     def _reload_inter_broker_security(self, config: BrokerConfig) -> None:
-        """The replica fetchers connect with the inter-broker listener's keystore and
-        truststore: after either changed (a new file, or the same one replaced in place),
-        their next connections present and trust the new ones."""
+        """The replica fetchers and the transaction markers connect with the inter-broker
+        listener's keystore and truststore: after either changed (a new file, or the same
+        one replaced in place), their next connections present and trust the new ones.
+        Files that do not load leave them with the old ones."""
         name = config.inter_broker_listener_name
         stamp = _tls_stamp(config.tls_settings(name))
         if self._client_tls_stamp == stamp:
             return
         try:
             security = SecurityConfig.from_mapping(config.inter_broker_client_settings())
+            if security.uses_tls:
+                security.check_files()
         except ConfigError as error:
-            log.error("replica fetchers keep their TLS settings: %s", error)
+            log.error("replica fetchers and transaction markers keep their TLS settings: %s",
+                      error)
             return
         reload_ssl_contexts()
         self.replicas.set_security(security)
+        if self.transactions is not None:
+            self.transactions.markers.security = security
         self._client_tls_stamp = stamp
-        log.info("replica fetchers: new connections use the TLS settings of listener %s",
-                 name)
+        log.info("replica fetchers and transaction markers: new connections use the TLS "
+                 "settings of listener %s", name)
 
     def _reload_tls(self, acceptor: Acceptor, config: BrokerConfig) -> None:
         """A TLS listener whose settings or keystore/truststore files changed takes a new

@@ -159,11 +159,17 @@ class SecurityConfig:
         return self.ssl_endpoint_identification_algorithm.lower() == "https"
 
     def ssl_context(self) -> ssl.SSLContext:
-        """The TLS context for this configuration (built once, shared by connections).
+        """The TLS context for this configuration (built once, shared by connections,
+        until :func:`reload_ssl_contexts`).
 
         Raises ConfigError naming the key of a file that cannot be loaded.
         """
-        return _ssl_context(self)
+        return _ssl_context(self, _generation)
+
+    def check_files(self) -> None:
+        """Load the certificate, key and CA files into a context of their own, used by
+        nobody: ConfigError names the key of a file that cannot be loaded."""
+        _ssl_context.__wrapped__(self, -1)
 
     def describe(self) -> str:
         """A line for logs: protocol, mechanism and user, never a secret."""
@@ -175,8 +181,11 @@ class SecurityConfig:
 PLAINTEXT = SecurityConfig()
 
 
+_generation = 0  # part of the cache key: a reload makes every later lookup miss
+
+
 @functools.lru_cache(maxsize=32)
-def _ssl_context(config: SecurityConfig) -> ssl.SSLContext:
+def _ssl_context(config: SecurityConfig, generation: int) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.check_hostname = config.verifies_hostname
@@ -203,7 +212,11 @@ def _ssl_context(config: SecurityConfig) -> ssl.SSLContext:
 
 def reload_ssl_contexts() -> None:
     """Forget the TLS contexts built so far: the next connection of every configuration
-    reads its certificate, key and CA files again (a keystore replaced in place)."""
+    reads its certificate, key and CA files again (a keystore replaced in place). A context
+    being built meanwhile from the old files is cached under the old generation, which no
+    later lookup asks for."""
+    global _generation
+    _generation += 1
     _ssl_context.cache_clear()
 
 

@@ -66,6 +66,9 @@ class Controller:
         # Partition states as this controller last read or wrote them, with their node
         # versions: while it is controller nobody else writes them.
         self._states: dict[tuple[str, int, int], tuple[PartitionStateNode, int]] = {}
+        # Topic ids seen, by (topic, node czxid): given back to a node that loses its id.
+        self._topic_ids: dict[tuple[str, int], uuid.UUID] = {}
+        self._bad_ids: set[tuple[str, int]] = set()  # unreadable ids already logged
 
     def elect(self) -> bool:
         """Become controller if nobody is. True if this broker is the controller."""
@@ -176,8 +179,7 @@ class Controller:
                 data, stat = self._client.get(layout.topic_path(topic))
             except NoNodeError:
                 continue
-            if layout.decode_topic_id(data) is None:
-                self._give_topic_id(topic, data, stat.version)
+            self._check_topic_id(topic, data, stat)
             for partition, replicas in sorted(layout.decode_assignment(data).items()):
                 key = (topic, partition, stat.czxid)
                 seen.add(key)
@@ -186,17 +188,37 @@ class Controller:
                 except BadVersionError:
                     settled = False  # a leader changed its ISR meanwhile: decide again
         self._states = {key: value for key, value in self._states.items() if key in seen}
+        topics = {(topic, czxid) for topic, _, czxid in seen}
+        self._topic_ids = {k: v for k, v in self._topic_ids.items() if k in topics}
         return settled
 
-    def _give_topic_id(self, topic: str, data: bytes, version: int) -> None:
-        """A topic created by a broker that wrote no topic ids gets one, as Kafka's
-        controller gives them (a change meanwhile: the next pass sees the new node)."""
+    def _check_topic_id(self, topic: str, data: bytes, stat) -> None:
+        """A topic created by a broker or tool that wrote no topic ids gets one, as Kafka's
+        controller gives them (a change meanwhile: the next pass sees the new node). A
+        topic whose node lost the id it had (rewritten by an older writer) gets the same
+        one back, so clients do not take it for a new topic."""
+        key = (topic, stat.czxid)
         try:
-            self._client.set(layout.topic_path(topic),
-                             layout.with_topic_id(data, uuid.uuid4()), version=version)
-            log.info("controller %d: topic %s given an id", self.broker_id, topic)
+            topic_id = layout.decode_topic_id(data)
+        except ValueError:
+            if key not in self._bad_ids:
+                self._bad_ids.add(key)
+                log.warning("controller %d: topic %s has an unreadable topic_id; left as it is",
+                            self.broker_id, topic)
+            return
+        if topic_id is not None:
+            self._topic_ids[key] = topic_id
+            return
+        restored = self._topic_ids.get(key)
+        given = restored or uuid.uuid4()
+        try:
+            self._client.set(layout.topic_path(topic), layout.with_topic_id(data, given),
+                             version=stat.version)
         except (BadVersionError, NoNodeError):
-            pass
+            return
+        self._topic_ids[key] = given
+        log.info("controller %d: topic %s given %s id %s", self.broker_id, topic,
+                 "back its" if restored else "the", layout.uuid_text(given))
 
     def forget_states(self) -> None:
         """Partition states changed behind our back (a leader's ISR write): read them

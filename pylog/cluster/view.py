@@ -238,7 +238,7 @@ class ClusterView:
                 else:
                     try:
                         self._assignments[topic] = layout.decode_assignment(data)
-                        self._topic_ids[topic] = layout.decode_topic_id(data)
+                        self._topic_ids[topic] = _topic_id(data)
                     except (ValueError, KeyError, TypeError, AttributeError):
                         log.warning("ignoring unreadable assignment of topic %s", topic)
                         return None
@@ -337,3 +337,12 @@ class ClusterView:
         return TopicMetadata(topic, MappingProxyType(partitions),
                              MappingProxyType(dict(self._configs.get(topic, {}))),
                              self._topic_ids.get(topic))
+
+
+def _topic_id(data: bytes) -> uuid.UUID | None:
+    """The topic node's id; None for one without (or with an unreadable one, which the
+    controller logs)."""
+    try:
+        return layout.decode_topic_id(data)
+    except ValueError:
+        return None

@@ -207,17 +207,19 @@ class ZkClusterMetadata:
             if self._view.topic(name) is not None or self._client.exists(
                     layout.topic_path(name)):
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
-            self._write_topic(name, assignment, configs or {})
+            topic_id = uuid.uuid4()
+            self._write_topic(name, assignment, configs or {}, topic_id)
         log.info("created topic %s with assignment %s", name, assignment)
         self._wait_for(lambda: _all_led(self._view.topic(name), assignment))
-        return self._view.topic(name) or _offline_topic(name, assignment, configs or {})
+        return self._view.topic(name) or _offline_topic(name, assignment, configs or {},
+                                                        topic_id)
 
     def _write_topic(self, name: str, assignment: Mapping[int, tuple[int, ...]],
-                     configs: Mapping[str, str]) -> None:
+                     configs: Mapping[str, str], topic_id: uuid.UUID) -> None:
         """The assignment and the config node, in one transaction."""
         config_data = layout.encode_topic_config(configs)
         txn = self._client.transaction()
-        txn.create(layout.topic_path(name), layout.encode_assignment(assignment, uuid.uuid4()))
+        txn.create(layout.topic_path(name), layout.encode_assignment(assignment, topic_id))
         if self._client.exists(layout.topic_config_path(name)):
             txn.set_data(layout.topic_config_path(name), config_data)
         else:
@@ -547,6 +549,7 @@ def _all_led(topic: TopicMetadata | None, assignment: Mapping[int, tuple[int, ..
 
 
 def _offline_topic(name: str, assignment: Mapping[int, tuple[int, ...]],
-                   configs: Mapping[str, str]) -> TopicMetadata:
+                   configs: Mapping[str, str], topic_id: uuid.UUID) -> TopicMetadata:
     return TopicMetadata(name, {p: PartitionState(p, NO_LEADER, 0, replicas, ())
-                                for p, replicas in assignment.items()}, dict(configs))
+                                for p, replicas in assignment.items()}, dict(configs),
+                         topic_id)

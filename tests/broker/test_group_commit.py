@@ -170,3 +170,23 @@ def test_large_frames_in_pieces_between_small_ones_keep_every_byte(broker) -> No
     with WireClient(broker.bootstrap) as wire:
         fetched = wire.call(ApiKey.FETCH, 11, fetch_body(topic, {0: 0}))
     assert len(values(records_of(fetched)["records"])) == 6  # the malformed one: none
+
+
+def test_a_frame_larger_than_its_first_buffer_grows_as_it_arrives(broker) -> None:
+    # The buffer of a large frame starts at 2 MiB and doubles as bytes arrive: a 2.4 MB
+    # request sent in pieces keeps every byte of its sixteen partitions' records.
+    topic = f"gc-{uuid.uuid4().hex[:8]}"
+    with WireClient(broker.bootstrap) as wire:
+        create(wire, topic, partitions=16)
+    values_by_partition = {p: bytes([p]) * 150_000 + b"|%d" % p for p in range(16)}
+    frame = _frame(1, produce_body(topic, {p: batch([v]) for p, v in values_by_partition.items()}))
+    assert len(frame) > 2 << 20
+    with WireClient(broker.bootstrap) as wire:
+        for start in range(0, len(frame), 700_000):
+            wire.send_raw(frame[start:start + 700_000])
+            time.sleep(0.05)
+        _, answer = wire.receive(ApiKey.PRODUCE, 7)
+        assert [p["error_code"] for p in answer["responses"][0]["partition_responses"]] == [0] * 16
+        fetched = wire.call(ApiKey.FETCH, 11, fetch_body(topic, {p: 0 for p in range(16)}))
+    for p, value in values_by_partition.items():
+        assert values(records_of(fetched, p)["records"]) == [value]

@@ -91,3 +91,27 @@ def test_a_paused_client_resumes_when_a_charged_frame_completes(budget_broker):
         pipelined.send_raw(frame * 50)
         for _ in range(50):
             assert pipelined.receive(ApiKey.API_VERSIONS, 0)[1]["error_code"] == 0
+
+
+def test_a_large_frame_costs_memory_only_as_its_bytes_arrive(broker):
+    # A frame of 64 KiB or more is read into a buffer of its own size once its size
+    # prefix arrives; clients that send a large size and a few bytes, then stop, must
+    # not make the broker hold the sizes they announced.
+    host, port = broker.bootstrap.rsplit(":", 1)
+    with WireClient(broker.bootstrap) as warm:
+        warm.call(ApiKey.API_VERSIONS, 0, {})
+    before = rss_kb(broker.pid)
+    socks = []
+    try:
+        for _ in range(10):
+            sock = socket.create_connection((host, int(port)))
+            sock.sendall(struct.pack(">i", 40 << 20) + b"\0" * 100_000)
+            socks.append(sock)
+        with WireClient(broker.bootstrap) as client:  # every frame above was read
+            assert client.call(ApiKey.API_VERSIONS, 0, {})["error_code"] == 0
+        time.sleep(0.5)
+        grown_mb = (rss_kb(broker.pid) - before) / 1024
+        assert grown_mb < 50, grown_mb  # 400 MB announced, 1 MB sent
+    finally:
+        for sock in socks:
+            sock.close()

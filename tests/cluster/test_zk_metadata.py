@@ -111,6 +111,22 @@ def test_topic_ids_survive_changes_and_old_topics_are_given_one(start_broker, zk
     for metadata in brokers:
         wait_until(lambda: metadata.topic("legacy") is not None
                    and metadata.topic("legacy").topic_id == given, message="the id seen")
+    # An older writer rewrites the node without the id (growing the topic): the
+    # controller gives the same id back, not a new one.
+    zk_client.set("/brokers/topics/legacy", layout.encode_assignment({0: (1, 2), 1: (2, 1)}))
+    wait_until(lambda: layout.decode_topic_id(zk_client.get("/brokers/topics/legacy")[0]),
+               message="the id back")
+    assert layout.decode_topic_id(zk_client.get("/brokers/topics/legacy")[0]) == given
+    # An unreadable id is left alone, and the controller goes on with other topics.
+    zk_client.create("/brokers/topics/garbled", json.dumps(
+        {"version": 3, "topic_id": "not-an-id", "partitions": {"0": [1]}}).encode())
+    zk_client.create("/brokers/topics/after", layout.encode_assignment({0: (2,)}))
+    wait_until(lambda: layout.decode_topic_id(zk_client.get("/brokers/topics/after")[0]),
+               message="an id for the topic after the unreadable one")
+    wait_until(lambda: brokers[0].topic("after") is not None
+               and brokers[0].topic("after").partitions[0].leader == 2, message="its leader")
+    assert json.loads(zk_client.get("/brokers/topics/garbled")[0])["topic_id"] == "not-an-id"
+    assert brokers[0].topic("garbled") is not None and brokers[0].topic("garbled").topic_id is None
 
 
 def test_topic_creation_errors(start_broker):
