@@ -428,6 +428,8 @@ class Processor(threading.Thread):
     def _read(self, conn: Connection) -> None:
         frame = conn.frame
         if frame is not None:  # the rest of a large frame (charged), into its own buffer
+            if conn.frame_filled == conn.frame_size:
+                return  # complete: handled by the _process that follows
             if conn.frame_filled == len(frame):
                 frame += bytes(min(len(frame), conn.frame_size - len(frame)))
             try:
