@@ -15,7 +15,7 @@ from pylog.security.acls import ResourceType
 from pylog.security.operations import NOT_REQUESTED, all_operations
 from pylog.broker.dynamic_config import DynamicBrokerConfig
 from pylog.broker.partitions import PartitionLogs
-from pylog.cluster.metadata import NO_LEADER, ClusterMetadata
+from pylog.cluster.metadata import NO_LEADER, ClusterMetadata, names_by_id
 from pylog.cluster.placement import (INTERNAL_TOPICS, check_partition_growth,
                                      check_replica_assignment, validate_topic_name)
 from pylog.errors import (
@@ -70,10 +70,18 @@ class AdminHandlers:
         allow_create = (self.config["auto.create.topics.enable"]
                         and (version < 4 or body["allow_auto_topic_creation"]))
         unreachable = {b.broker_id for b in live} - {b.broker_id for b in reachable}
-        topics = [self._topic_metadata(t["name"], allow_create, unreachable, version)
-                  if t["name"] is not None else self._topic_by_id(t["topic_id"], unreachable,
-                                                                   version)
-                  for t in requested]
+        by_id = (names_by_id(self.metadata.topics())
+                 if any(t["name"] is None for t in requested) else {})
+
+        def answer(t: dict) -> dict:
+            if t["name"] is not None:
+                return self._topic_metadata(t["name"], allow_create, unreachable, version)
+            name = by_id.get(t["topic_id"])  # asked for by id alone
+            if name is None:
+                return _unknown_topic_id(t["topic_id"], version)
+            return self._topic_metadata(name, False, unreachable, version)
+
+        topics = [answer(t) for t in requested]
         if version >= 8 and body["include_topic_authorized_operations"]:
             for topic in topics:  # (with an authorizer, RequestAuthorization narrows these)
                 if topic["error_code"] == 0:
@@ -109,14 +117,6 @@ class AdminHandlers:
             "cluster_authorized_operations": all_operations(ResourceType.CLUSTER)
             if body["include_cluster_authorized_operations"] else NOT_REQUESTED,
         }
-
-    def _topic_by_id(self, topic_id, unreachable: set[int], version: int) -> dict:
-        """A topic asked for by its id only (Metadata v10+)."""
-        name = next((t.name for t in self.metadata.topics().values()
-                     if topic_id is not None and t.topic_id == topic_id), None)
-        if name is None:
-            return _unknown_topic_id(topic_id, version)
-        return self._topic_metadata(name, False, unreachable, version)
 
     def _topic_metadata(self, name: str, allow_create: bool,
                         unreachable: set[int] = frozenset(), version: int = 0) -> dict:

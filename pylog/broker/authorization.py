@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from pylog.broker.config import BrokerConfig
-from pylog.cluster.metadata import ClusterMetadata
+from pylog.cluster.metadata import ClusterMetadata, names_by_id
 from pylog.errors import (
     ClusterAuthorizationFailedError, TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailedError)
@@ -317,7 +317,7 @@ class RequestAuthorization:
             name = topic["name"]
             if name is None:  # asked for by id: checked as the topic it names
                 if by_id is None:
-                    by_id = {t.topic_id: t.name for t in self.metadata.topics().values()}
+                    by_id = names_by_id(self.metadata.topics())
                 named = by_id.get(topic["topic_id"])
                 if named is not None and not access.topic(Op.DESCRIBE, named):
                     refused_ids.append(topic["topic_id"])

@@ -13,11 +13,11 @@ belongs to another broker id is refused.
 
 from __future__ import annotations
 
-import base64
 import uuid
 from pathlib import Path
 
 from pylog.broker.config import parse_properties
+from pylog.cluster.layout import uuid_text
 from pylog.errors import ConfigError
 from pylog.log.checkpoint import write_text_atomically
 
@@ -26,7 +26,7 @@ META_FILE = "meta.properties"
 
 def new_cluster_id() -> str:
     """A random id in Kafka's spelling: 22 characters of URL-safe base64."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    return uuid_text(uuid.uuid4())
 
 
 def read_meta(log_dir: Path) -> dict[str, str] | None:

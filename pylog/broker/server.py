@@ -130,7 +130,6 @@ class Broker:
         self._servers: list[tuple[ListenerSpec, socket.socket]] = []
         # What each TLS listener's context was built from: settings and file stamps.
         self._tls_stamps: dict[str, tuple] = {}
-        self._client_tls_stamp: tuple | None = None  # the same, for the replica fetchers
         self._processors: list[Processor] = []
         self._acceptors: list[Acceptor] = []
         self._stopped = threading.Event()
@@ -250,8 +249,6 @@ class Broker:
                 fetch_backoff_ms=config["replica.fetch.backoff.ms"], wake=waiters.notify,
                 listener=config.inter_broker_listener_name,
                 security=inter_broker)
-            self._client_tls_stamp = _tls_stamp(
-                initial.tls_settings(initial.inter_broker_listener_name))
             logs.replicas = self.replicas
             self.metadata.add_listener(self.replicas.on_metadata_change)
             self.replicas.start()
@@ -332,20 +329,17 @@ class Broker:
                     hasattr(metadata, "set_unclean_leader_election_default"):
                 metadata.set_unclean_leader_election_default(unclean)
             for acceptor in self._acceptors:
-                self._reload_tls(acceptor, new)
-            if self.replicas is not None:
-                self._reload_inter_broker_security(new)
+                if (self._reload_tls(acceptor, new) and self.replicas is not None
+                        and acceptor.listener.name == new.inter_broker_listener_name):
+                    self._reload_inter_broker_security(new)
         return apply
 
     def _reload_inter_broker_security(self, config: BrokerConfig) -> None:
         """The replica fetchers and the transaction markers connect with the inter-broker
-        listener's keystore and truststore: after either changed (a new file, or the same
-        one replaced in place), their next connections present and trust the new ones.
-        Files that do not load leave them with the old ones."""
+        listener's keystore and truststore: once the listener took new ones (a new file,
+        or the same one replaced in place), their next connections present and trust them
+        too. Files that do not load as a client's leave them with the old ones."""
         name = config.inter_broker_listener_name
-        stamp = _tls_stamp(config.tls_settings(name))
-        if self._client_tls_stamp == stamp:
-            return
         try:
             security = SecurityConfig.from_mapping(config.inter_broker_client_settings())
             if security.uses_tls:
@@ -358,29 +352,30 @@ class Broker:
         self.replicas.set_security(security)
         if self.transactions is not None:
             self.transactions.markers.security = security
-        self._client_tls_stamp = stamp
         log.info("replica fetchers and transaction markers: new connections use the TLS "
                  "settings of listener %s", name)
 
-    def _reload_tls(self, acceptor: Acceptor, config: BrokerConfig) -> None:
+    def _reload_tls(self, acceptor: Acceptor, config: BrokerConfig) -> bool:
         """A TLS listener whose settings or keystore/truststore files changed takes a new
-        context: new connections present the new certificate, open ones keep theirs."""
+        context: new connections present the new certificate, open ones keep theirs.
+        True if it did."""
         spec = acceptor.listener
         if spec.tls is None:
-            return
+            return False
         settings = config.tls_settings(spec.name)
         stamp = _tls_stamp(settings)
         if self._tls_stamps.get(spec.name) == stamp:
-            return
+            return False
         try:
             context = settings.server_context()
         except ConfigError as error:
             log.error("listener %s keeps its TLS certificate: %s", spec.name, error)
-            return
+            return False
         acceptor.listener = dataclasses.replace(spec, tls=context)
         self._tls_stamps[spec.name] = stamp
         log.info("listener %s: TLS context reloaded from %s", spec.name,
                  settings.keystore_location)
+        return True
 
     def stop(self) -> None:
         """Stop serving, then flush and close every log with a clean-shutdown marker.

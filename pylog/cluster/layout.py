@@ -238,7 +238,7 @@ class PartitionStateNode:
 def encode_assignment(assignment: Mapping[int, tuple[int, ...]],
                       topic_id: uuid.UUID | None = None) -> bytes:
     """A topic node: Kafka's version 3 with ``topic_id``, else version 1."""
-    partitions = {str(p): list(replicas) for p, replicas in sorted(assignment.items())}
+    partitions = _partitions_json(assignment)
     if topic_id is None:
         return json.dumps({"version": 1, "partitions": partitions}).encode()
     return json.dumps({"version": 3, "topic_id": uuid_text(topic_id), "partitions": partitions,
@@ -249,8 +249,12 @@ def replace_assignment(data: bytes, assignment: Mapping[int, tuple[int, ...]]) -
     """The topic node ``data`` with a new assignment, every other field (the topic id)
     kept."""
     node = json.loads(data)
-    node["partitions"] = {str(p): list(replicas) for p, replicas in sorted(assignment.items())}
+    node["partitions"] = _partitions_json(assignment)
     return json.dumps(node).encode()
+
+
+def _partitions_json(assignment: Mapping[int, tuple[int, ...]]) -> dict[str, list[int]]:
+    return {str(p): list(replicas) for p, replicas in sorted(assignment.items())}
 
 
 def with_topic_id(data: bytes, topic_id: uuid.UUID) -> bytes:

@@ -45,6 +45,11 @@ class TopicMetadata:
         return len(self.partitions)
 
 
+def names_by_id(topics: Mapping[str, TopicMetadata]) -> dict[uuid.UUID, str]:
+    """Topic names by topic id (for requests that name topics by id alone)."""
+    return {t.topic_id: name for name, t in topics.items() if t.topic_id is not None}
+
+
 class ClusterMetadata(Protocol):
     """What a broker needs to know about the cluster, and the changes it may ask for."""
 

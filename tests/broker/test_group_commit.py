@@ -24,6 +24,25 @@ def _frame(correlation_id: int, body: dict, version: int = 7) -> bytes:
     return encode_request(ApiKey.PRODUCE, version, correlation_id, "pipeline", body)
 
 
+def _malformed(frame: bytes) -> bytes:
+    """``frame`` cut short inside its records, its size prefix saying so: well framed, but
+    the records run past the end."""
+    cut = bytearray(frame)
+    del cut[-20:]
+    cut[:4] = (len(cut) - 4).to_bytes(4, "big")
+    return bytes(cut)
+
+
+def _send_in_pieces(wire: WireClient, data: bytes, cuts) -> None:
+    """Send ``data`` cut at the offsets ``cuts``, pausing so the broker reads each piece
+    on its own."""
+    previous = 0
+    for cut in [*cuts, len(data)]:
+        wire.send_raw(data[previous:cut])
+        previous = cut
+        time.sleep(0.05)
+
+
 def test_pipelined_requests_are_answered_one_by_one_in_order(broker) -> None:
     topic = f"gc-{uuid.uuid4().hex[:8]}"
     with WireClient(broker.bootstrap) as wire:
@@ -75,13 +94,11 @@ def test_a_malformed_frame_closes_the_connection_after_the_frames_before_it(brok
     topic = f"gc-{uuid.uuid4().hex[:8]}"
     with WireClient(broker.bootstrap) as setup:
         create(setup, topic)
-    malformed = bytearray(_frame(3, produce_body(topic, {0: batch([b"never"])})))
-    del malformed[-20:]  # the records run past the end of the frame
-    malformed[:4] = (len(malformed) - 4).to_bytes(4, "big")
+    malformed = _malformed(_frame(3, produce_body(topic, {0: batch([b"never"])})))
     with WireClient(broker.bootstrap) as wire:
         wire.send_raw(_frame(1, produce_body(topic, {0: batch([b"one"])}))
                       + _frame(2, produce_body(topic, {0: batch([b"two"])}))
-                      + bytes(malformed)
+                      + malformed
                       + _frame(4, produce_body(topic, {0: batch([b"after"])})))
         assert [wire.receive(ApiKey.PRODUCE, 7)[0] for _ in range(2)] == [1, 2]
         assert wire.is_closed_by_peer()
@@ -126,7 +143,7 @@ def test_pipelining_clients_read_back_every_record_once_in_order(broker) -> None
 
 
 def test_large_frames_in_pieces_between_small_ones_keep_every_byte(broker) -> None:
-    # A frame of 64 KiB or more is read straight into a buffer of its own size once its
+    # A frame of 64 KiB or more is read straight into a buffer of its own once its
     # size prefix arrives: its bytes come in pieces of every size, the pieces also carry
     # the small frames around it, and a malformed large frame still closes the connection.
     topic = f"gc-{uuid.uuid4().hex[:8]}"
@@ -146,11 +163,7 @@ def test_large_frames_in_pieces_between_small_ones_keep_every_byte(broker) -> No
                    start_big + len(frames[1]) + 10, len(stream) - len(frames[4]) - 3,
                    len(stream) - 1})
     with WireClient(broker.bootstrap) as wire:
-        previous = 0
-        for cut in [*cuts, len(stream)]:
-            wire.send_raw(stream[previous:cut])
-            previous = cut
-            time.sleep(0.05)  # the broker reads each piece on its own
+        _send_in_pieces(wire, stream, cuts)
         answers = [wire.receive(ApiKey.PRODUCE, 7) for _ in frames]
     assert [correlation_id for correlation_id, _ in answers] == [1, 2, 3, 4, 5]
     assert [body["responses"][0]["partition_responses"][0]["base_offset"]
@@ -159,13 +172,9 @@ def test_large_frames_in_pieces_between_small_ones_keep_every_byte(broker) -> No
         fetched = wire.call(ApiKey.FETCH, 11, fetch_body(topic, {0: 0}))
     assert values(records_of(fetched)["records"]) == [
         b"small-1", big[0], big[1], b"small-3", big[2], b"small-5"]
-    malformed = bytearray(_frame(6, produce_body(topic, {0: batch([big[0]])})))
-    del malformed[-20:]
-    malformed[:4] = (len(malformed) - 4).to_bytes(4, "big")
+    malformed = _malformed(_frame(6, produce_body(topic, {0: batch([big[0]])})))
     with WireClient(broker.bootstrap) as wire:
-        wire.send_raw(bytes(malformed[:1000]))
-        time.sleep(0.05)
-        wire.send_raw(bytes(malformed[1000:]))
+        _send_in_pieces(wire, malformed, [1000])
         assert wire.is_closed_by_peer()
     with WireClient(broker.bootstrap) as wire:
         fetched = wire.call(ApiKey.FETCH, 11, fetch_body(topic, {0: 0}))
@@ -182,9 +191,7 @@ def test_a_frame_larger_than_its_first_buffer_grows_as_it_arrives(broker) -> Non
     frame = _frame(1, produce_body(topic, {p: batch([v]) for p, v in values_by_partition.items()}))
     assert len(frame) > 2 << 20
     with WireClient(broker.bootstrap) as wire:
-        for start in range(0, len(frame), 700_000):
-            wire.send_raw(frame[start:start + 700_000])
-            time.sleep(0.05)
+        _send_in_pieces(wire, frame, range(700_000, len(frame), 700_000))
         _, answer = wire.receive(ApiKey.PRODUCE, 7)
         assert [p["error_code"] for p in answer["responses"][0]["partition_responses"]] == [0] * 16
         fetched = wire.call(ApiKey.FETCH, 11, fetch_body(topic, {p: 0 for p in range(16)}))

@@ -1,5 +1,6 @@
 """queued.max.request.bytes: many slow clients with big frames cannot exhaust memory."""
 
+import contextlib
 import socket
 import struct
 import time
@@ -43,25 +44,34 @@ def push_until_stuck(socks: list[socket.socket], total: int) -> None:
         time.sleep(0.02)
 
 
-def test_slow_big_frames_stay_within_the_budget(budget_broker):
-    host, port = budget_broker.bootstrap.rsplit(":", 1)
-    with WireClient(budget_broker.bootstrap) as warm:
+@contextlib.contextmanager
+def announced_frames(broker, count: int, size: int, first_bytes: int = 0):
+    """``count`` connections, each having sent the size prefix of a ``size``-byte frame
+    and ``first_bytes`` of it; yields them and a function giving how many MB the broker's
+    RSS grew since before they connected. Closes them after."""
+    host, port = broker.bootstrap.rsplit(":", 1)
+    with WireClient(broker.bootstrap) as warm:
         warm.call(ApiKey.API_VERSIONS, 0, {})
-    before = rss_kb(budget_broker.pid)
+    before = rss_kb(broker.pid)
     socks = []
     try:
-        for _ in range(CLIENTS):
+        for _ in range(count):
             sock = socket.create_connection((host, int(port)))
-            sock.setblocking(False)
-            sock.send(struct.pack(">i", FRAME))
+            sock.sendall(struct.pack(">i", size) + b"\0" * first_bytes)
             socks.append(sock)
-        push_until_stuck(socks, SENT_PER_CLIENT)
-        grown_mb = (rss_kb(budget_broker.pid) - before) / 1024
-        # Unbounded, the broker would hold CLIENTS * 2.5 MiB = 75 MiB of partial frames.
-        assert grown_mb < 30, grown_mb
+        yield socks, lambda: (rss_kb(broker.pid) - before) / 1024
     finally:
         for sock in socks:
             sock.close()
+
+
+def test_slow_big_frames_stay_within_the_budget(budget_broker):
+    with announced_frames(budget_broker, CLIENTS, FRAME) as (socks, grown_mb):
+        for sock in socks:
+            sock.setblocking(False)
+        push_until_stuck(socks, SENT_PER_CLIENT)
+        # Unbounded, the broker would hold CLIENTS * 2.5 MiB = 75 MiB of partial frames.
+        assert grown_mb() < 30, grown_mb()
     # The budget comes back when those clients go: ordinary clients are served again.
     with WireClient(budget_broker.bootstrap) as client:
         assert client.call(ApiKey.API_VERSIONS, 0, {})["error_code"] == 0
@@ -94,24 +104,11 @@ def test_a_paused_client_resumes_when_a_charged_frame_completes(budget_broker):
 
 
 def test_a_large_frame_costs_memory_only_as_its_bytes_arrive(broker):
-    # A frame of 64 KiB or more is read into a buffer of its own size once its size
+    # A frame of 64 KiB or more is read into a buffer of its own once its size
     # prefix arrives; clients that send a large size and a few bytes, then stop, must
     # not make the broker hold the sizes they announced.
-    host, port = broker.bootstrap.rsplit(":", 1)
-    with WireClient(broker.bootstrap) as warm:
-        warm.call(ApiKey.API_VERSIONS, 0, {})
-    before = rss_kb(broker.pid)
-    socks = []
-    try:
-        for _ in range(10):
-            sock = socket.create_connection((host, int(port)))
-            sock.sendall(struct.pack(">i", 40 << 20) + b"\0" * 100_000)
-            socks.append(sock)
+    with announced_frames(broker, 10, 40 << 20, first_bytes=100_000) as (_, grown_mb):
         with WireClient(broker.bootstrap) as client:  # every frame above was read
             assert client.call(ApiKey.API_VERSIONS, 0, {})["error_code"] == 0
         time.sleep(0.5)
-        grown_mb = (rss_kb(broker.pid) - before) / 1024
-        assert grown_mb < 50, grown_mb  # 400 MB announced, 1 MB sent
-    finally:
-        for sock in socks:
-            sock.close()
+        assert grown_mb() < 50, grown_mb()  # 400 MB announced, 1 MB sent
