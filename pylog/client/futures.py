@@ -52,17 +52,43 @@ class _ListOnFirstUse:
         setattr(future, self.name, value)
 
 
+class _MetadataOnFirstRead:
+    """A delivered RecordFuture's ``_result``, its RecordMetadata made the first time it is
+    read (``result()``) from the batch's shared delivery and the record's index.
+
+    Settling a future is then two attribute stores and no new object: a caller holding
+    hundreds of thousands of futures, most never read, does not pay the garbage
+    collector for as many metadata objects. It has no ``__set__``, so the metadata it
+    makes (or ``set_result``'s) becomes the future's own attribute."""
+
+    def __get__(self, future, owner=None):
+        if future is None:
+            return self
+        delivered = future._delivered
+        if delivered is None:
+            return None
+        topic, partition, base_offset, timestamps = delivered
+        index = future._index
+        metadata = _record_metadata(topic, partition, base_offset + index if base_offset >= 0 else -1,
+                                    timestamps[index])
+        future._result = metadata
+        return metadata
+
+
 class RecordFuture(Future):
     """A Future whose Condition is shared with the other records of its batch.
 
-    Only the condition is set per future; the pending state is the class's, and the
-    lists are made on first use."""
+    Only the condition is set per future; the pending state is the class's, the lists
+    are made on first use, and a delivered future's metadata on first read."""
 
     _state = "PENDING"
-    _result = None
+    _result = _MetadataOnFirstRead()
     _exception = None
     _waiters = _ListOnFirstUse()
     _done_callbacks = _ListOnFirstUse()
+    _list_waiters = _list_done_callbacks = None
+    _delivered: tuple[str, int, int, list[int]] | None = None  # (topic, partition, base offset, timestamps)
+    _index = 0
 
     def __init__(self, condition: threading.Condition) -> None:  # super().__init__() not called on purpose
         self._condition = condition
@@ -70,7 +96,7 @@ class RecordFuture(Future):
     def has_listeners(self) -> bool:
         """Whether a done-callback or a ``concurrent.futures.wait`` waits on this future
         (without making its lists)."""
-        return (getattr(self, "_list_waiters", None) or getattr(self, "_list_done_callbacks", None)) is not None
+        return bool(self._list_waiters or self._list_done_callbacks)
 
     def cancel(self) -> bool:
         """Records cannot be cancelled once queued; always False."""
@@ -123,11 +149,20 @@ def deliver(condition: threading.Condition, waiters: list, topic: str, partition
     """
     known = exception is None and base_offset >= 0
     if has_futures:
+        delivered = (topic, partition, base_offset if known else -1, timestamps)
         with condition:
             for i, waiter in enumerate(waiters):
-                if waiter is not None and isinstance(waiter, Future):
-                    _settle(waiter, _record_metadata(topic, partition, base_offset + i if known else -1,
-                                                     timestamps[i]), exception)
+                if waiter.__class__ is RecordFuture:
+                    if waiter._state != "PENDING":
+                        continue  # settled already
+                    if exception is None and not (waiter._list_waiters or waiter._list_done_callbacks):
+                        # what set_result does, with the metadata made when first read
+                        waiter._delivered, waiter._index, waiter._state = delivered, i, "FINISHED"
+                        continue
+                elif waiter is None or not isinstance(waiter, Future):
+                    continue
+                _settle(waiter, _record_metadata(topic, partition, base_offset + i if known else -1,
+                                                 timestamps[i]), exception)
             condition.notify_all()
     for i, waiter in enumerate(waiters):
         if waiter is None or (has_futures and isinstance(waiter, Future)):
@@ -139,10 +174,6 @@ def deliver(condition: threading.Condition, waiters: list, topic: str, partition
 
 
 def _settle(future: Future, metadata: RecordMetadata, exception: BaseException | None) -> None:
-    if (exception is None and future.__class__ is RecordFuture and future._state == "PENDING"
-            and not future.has_listeners()):
-        future._result, future._state = metadata, "FINISHED"  # what set_result does
-        return
     try:
         if exception is not None:
             future.set_exception(exception)

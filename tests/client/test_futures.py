@@ -77,3 +77,15 @@ def test_deliver_without_futures_calls_each_callback_with_its_error():
     error = ValueError("refused")
     deliver(threading.Condition(), waiters, "t", 0, -1, [5, 6], error, has_futures=False)
     assert calls == [(error, RecordMetadata("t", 0, -1, 6))]
+
+
+def test_a_delivered_futures_metadata_is_made_when_first_read():
+    condition = threading.Condition()
+    batch = [new_record_future(condition) for _ in range(3)]
+    deliver(condition, batch, "t", 2, -1, [5, 6, 7])  # written, offsets not known (acks=0)
+    deliver(condition, batch, "t", 2, 90, [5, 6, 7])  # settled once: left alone
+    assert all(f.done() and "_result" not in vars(f) for f in batch)  # nothing made yet
+    first = batch[1].result(timeout=0)
+    assert first == RecordMetadata("t", 2, -1, 6) and batch[1].result(timeout=0) is first
+    assert [f.result(timeout=0).timestamp for f in batch] == [5, 6, 7]
+    assert repr(batch[0]).endswith("state=finished returned RecordMetadata>")
