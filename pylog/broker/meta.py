@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 
 from pylog.broker.config import parse_properties
-from pylog.cluster.layout import uuid_text
+from pylog.protocol.primitives import uuid_text
 from pylog.errors import ConfigError
 from pylog.log.checkpoint import write_text_atomically
 

@@ -14,7 +14,7 @@ Records with a key may then go to another partition than before.
 ``describe`` prints what kafka-topics.sh --describe prints, tab-separated: per topic
 (Configs: those not at their defaults, such as a changed retention.ms)
 
-    Topic: events\tPartitionCount: 3\tReplicationFactor: 3\tConfigs: retention.ms=60000
+    Topic: events\tTopicId: 6Zp4X2mXTpqbuYVv7AzG0w\tPartitionCount: 3\tReplicationFactor: 3\tConfigs: retention.ms=60000
 
 and per partition (Leader "none" when it has none; Offline only when replicas are down)
 
@@ -196,11 +196,13 @@ def describe_lines(topics: Iterable[TopicMetadata], *, under_replicated: bool = 
 
 
 def topic_line(topic: TopicMetadata, configs: Mapping[str, str] | None = None) -> str:
-    r"""``Topic: NAME\tPartitionCount: N\tReplicationFactor: R[\tConfigs: k=v,...]``;
-    the replication factor is the first partition's replica count."""
+    r"""``Topic: NAME[\tTopicId: ID]\tPartitionCount: N\tReplicationFactor: R[\tConfigs: k=v,...]``;
+    the replication factor is the first partition's replica count (TopicId when the broker
+    gave one, as kafka-topics.sh prints it)."""
     first = topic.partitions.get(min(topic.partitions, default=0))
     replication = len(first.replicas) if first else 0
-    line = (f"Topic: {topic.name}\tPartitionCount: {len(topic.partitions)}"
+    topic_id = f"\tTopicId: {topic.topic_id}" if topic.topic_id else ""
+    line = (f"Topic: {topic.name}{topic_id}\tPartitionCount: {len(topic.partitions)}"
             f"\tReplicationFactor: {replication}")
     if configs is not None:
         line += "\tConfigs: " + ",".join(f"{k}={v}" for k, v in sorted(configs.items()))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pylog.protocol.primitives import ZERO_UUID, uuid_text
 from pylog.types import BrokerEndpoint
 
 
@@ -36,6 +37,7 @@ class TopicMetadata:
     name: str
     error_code: int
     partitions: dict[int, PartitionMetadata] = field(default_factory=dict)
+    topic_id: str = ""  # Kafka's text form (KIP-516); "" when the broker gave none
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +58,9 @@ class ClusterSnapshot:
                     p["partition_index"], p["leader_id"], tuple(p["replica_nodes"]),
                     tuple(p["isr_nodes"]), p["error_code"], tuple(p["offline_replicas"]))
                 for p in topic["partitions"]}
-            topics[topic["name"]] = TopicMetadata(topic["name"], topic["error_code"], partitions)
+            topic_id = topic.get("topic_id", ZERO_UUID)
+            topics[topic["name"]] = TopicMetadata(topic["name"], topic["error_code"], partitions,
+                                                  "" if topic_id == ZERO_UUID else uuid_text(topic_id))
         return cls(brokers, topics, body.get("controller_id", -1), body.get("cluster_id"))
 
     def merged_with(self, newer: "ClusterSnapshot", refreshed_topics: list[str] | None) -> "ClusterSnapshot":

@@ -68,7 +68,6 @@ owning consumer id) and ``offsets/<topic>/<p>`` (persistent, decimal next offset
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 import uuid
@@ -76,6 +75,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from pylog.cluster.metadata import NO_LEADER
+from pylog.protocol.primitives import parse_uuid_text, uuid_text
 from pylog.types import BrokerEndpoint, ListenerEndpoint
 
 CLUSTER_ID = "/cluster/id"
@@ -270,19 +270,6 @@ def decode_topic_id(data: bytes) -> uuid.UUID | None:
     """The topic id of a topic node; None for a topic created without one."""
     text = json.loads(data).get("topic_id")
     return parse_uuid_text(text) if text else None
-
-
-def uuid_text(value: uuid.UUID) -> str:
-    """A UUID as Kafka writes it: url-safe base64 of its 16 bytes, unpadded."""
-    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode()
-
-
-def parse_uuid_text(text: str) -> uuid.UUID:
-    """The inverse of :func:`uuid_text`; ValueError if ``text`` is not one."""
-    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    if len(raw) != 16:
-        raise ValueError(f"not a 16-byte id: {text!r}")
-    return uuid.UUID(bytes=raw)
 
 
 def decode_assignment(data: bytes) -> dict[int, tuple[int, ...]]:

@@ -21,7 +21,7 @@ import uuid
 from pathlib import Path
 from typing import Callable, Mapping
 
-from pylog.cluster.layout import parse_uuid_text, uuid_text
+from pylog.protocol.primitives import parse_uuid_text, uuid_text
 from pylog.cluster.metadata import PartitionState, TopicMetadata
 from pylog.cluster.placement import check_partition_growth, validate_topic_name
 from pylog.cluster.producer_ids import ProducerIdBlock, allocate_file_block

@@ -24,6 +24,7 @@ Layouts (all integers big-endian)::
 
 from __future__ import annotations
 
+import base64
 import struct
 import uuid
 from typing import Any, Callable
@@ -38,6 +39,20 @@ UINT32 = struct.Struct(">I")
 FLOAT64 = struct.Struct(">d")
 
 ZERO_UUID = uuid.UUID(int=0)
+
+
+def uuid_text(value: uuid.UUID) -> str:
+    """A UUID as Kafka writes it (topic and cluster ids): url-safe base64 of its 16
+    bytes, unpadded."""
+    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode()
+
+
+def parse_uuid_text(text: str) -> uuid.UUID:
+    """The inverse of :func:`uuid_text`; ValueError if ``text`` is not one."""
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if len(raw) != 16:
+        raise ValueError(f"not a 16-byte id: {text!r}")
+    return uuid.UUID(bytes=raw)
 
 Reader = Callable[[Any, int], tuple[Any, int]]
 Writer = Callable[[bytearray, Any], None]

@@ -1,9 +1,14 @@
 """The client subcommands against a real pylog broker subprocess, through stdin and stdout."""
 
 import subprocess
+import uuid
 
 from pylog.testing.broker import broker_fixture
-from tests.cli.helpers import pylog
+from confluent_kafka import TopicCollection
+from confluent_kafka.admin import AdminClient
+
+from pylog.protocol.primitives import uuid_text
+from tests.cli.helpers import pylog, without_topic_id
 
 broker = broker_fixture(scope="module", overrides={"auto.create.topics.enable": "false"})
 
@@ -20,8 +25,13 @@ def test_topic_commands(broker):
                "--config", "retention.ms=86400000", *bs) == "Created topic cli-topics.\n"
     assert "cli-topics" in _ok("topics", "list", *bs).splitlines()
     described = _ok("topics", "describe", "--topic", "cli-topics", *bs).splitlines()
-    assert described[0] == ("Topic: cli-topics\tPartitionCount: 3\tReplicationFactor: 1"
-                            "\tConfigs: retention.ms=86400000")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    theirs = admin.describe_topics(TopicCollection(["cli-topics"]))["cli-topics"].result(30).topic_id
+    # librdkafka prints ids in standard base64; Kafka (and pylog) in its url-safe form.
+    topic_id = uuid_text(uuid.UUID(int=(theirs.get_most_significant_bits() % 2**64) << 64
+                                   | theirs.get_least_significant_bits() % 2**64))
+    assert described[0] == (f"Topic: cli-topics\tTopicId: {topic_id}\tPartitionCount: 3"
+                            "\tReplicationFactor: 1\tConfigs: retention.ms=86400000")
     assert described[3] == "\tTopic: cli-topics\tPartition: 2\tLeader: 0\tReplicas: 0\tIsr: 0"
     again = pylog("topics", "create", "--topic", "cli-topics", *bs)
     assert again.returncode == 1
@@ -38,12 +48,12 @@ def test_describe_prints_like_kafka_topics(broker):
     bs = ("--bootstrap-server", broker.bootstrap)
     _ok("topics", "create", "--topic", "cli-described-a", "--partitions", "2", *bs)
     _ok("topics", "create", "--topic", "cli-described-b", *bs)
-    one = _ok("topics", "describe", "--topic", "cli-described-a", *bs)
+    one = without_topic_id(_ok("topics", "describe", "--topic", "cli-described-a", *bs))
     assert one == ("Topic: cli-described-a\tPartitionCount: 2\tReplicationFactor: 1\tConfigs: \n"
                    "\tTopic: cli-described-a\tPartition: 0\tLeader: 0\tReplicas: 0\tIsr: 0\n"
                    "\tTopic: cli-described-a\tPartition: 1\tLeader: 0\tReplicas: 0\tIsr: 0\n")
     # Without --topic: every topic, sorted by name, in the same format.
-    everything = _ok("topics", "describe", *bs)
+    everything = without_topic_id(_ok("topics", "describe", *bs))
     assert one + "Topic: cli-described-b\tPartitionCount: 1\tReplicationFactor: 1\tConfigs: \n" in everything
     for line in everything.splitlines():
         fields = dict(f.split(": ", 1) for f in line.strip("\t").split("\t"))

@@ -3,7 +3,7 @@
 import confluent_kafka
 import pytest
 
-from tests.cli.helpers import pylog
+from tests.cli.helpers import pylog, without_topic_id
 from tests.client.mock_cluster import confluent_read_all
 
 
@@ -76,6 +76,6 @@ def test_topics_list_and_describe(mock_bootstrap):
     listed = pylog("topics", "list", "--bootstrap-server", mock_bootstrap)
     assert "cli-described" in listed.stdout.decode().splitlines()
     described = pylog("topics", "describe", "--topic", "cli-described", "--bootstrap-server", mock_bootstrap)
-    lines = described.stdout.decode().splitlines()
+    lines = without_topic_id(described.stdout.decode()).splitlines()
     assert lines[0] == "Topic: cli-described\tPartitionCount: 4\tReplicationFactor: 3"
     assert [line.split("\t")[2] for line in lines[1:]] == [f"Partition: {p}" for p in range(4)]

@@ -27,6 +27,9 @@ def test_topic_line():
         "Topic: events\tPartitionCount: 3\tReplicationFactor: 3"
         "\tConfigs: cleanup.policy=delete,retention.ms=60000")
     assert topic_line(EVENTS, {}).endswith("\tConfigs: ")
+    identified = TopicMetadata("events", 0, EVENTS.partitions, topic_id="6Zp4X2mXTpqbuYVv7AzG0w")
+    assert topic_line(identified) == (
+        "Topic: events\tTopicId: 6Zp4X2mXTpqbuYVv7AzG0w\tPartitionCount: 3\tReplicationFactor: 3")
 
 
 def test_describe_lists_partitions_in_order_under_each_topic():
