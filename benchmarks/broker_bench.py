@@ -216,7 +216,7 @@ def bench_produce(broker: BrokerProcess, count: int) -> None:
         how = "produce_batch(), " if batched else ""
         _print_runs(f"{how}{partitions} partition(s)", runs,
                     lambda rate: f"{rate:,.0f} msgs/s {rate * 200 / 1e6:.1f} MB/s")
-        _print_busy(busy)
+        _print_busy(busy, runs)
     del handle
     if shutil.which("kcat") is None:
         return
@@ -236,12 +236,20 @@ def bench_produce(broker: BrokerProcess, count: int) -> None:
             lambda rate: f"{rate:,.0f} msgs/s")
 
 
-def _print_busy(busy: list[tuple[float, float, float]]) -> None:
+def _print_busy(busy: list[tuple[float, float, float]],
+                runs: list[tuple[float, float]]) -> None:
     """Which side paces the runs: a producer thread on a CPU nearly all of the run against
-    both brokers, while pylog idles, is the client's limit, whatever the broker does."""
+    both brokers, while pylog idles, is the client's limit, whatever the broker does.
+
+    The client's ceiling is what its thread would send if it never waited for anything:
+    the messages over the thread's CPU seconds (the rate over its busy share). Over the
+    mock's rate in the same pair, it is the best pylog/mock any broker could reach."""
     print("  producer thread on a CPU: " + ", ".join(
         f"{ours:.0%} (mock {theirs:.0%})" for ours, _, theirs in busy) + " of each run; "
         "pylog used " + ", ".join(f"{share:.0%}" for _, share, _ in busy) + " of a core")
+    print("  the client's ceiling (its messages / its thread's CPU seconds) over the mock's "
+          "rate, the most a broker costing nothing would reach: " + ", ".join(
+              f"{ours / thread / theirs:.2f}" for (ours, theirs), (thread, _, _) in zip(runs, busy)))
 
 
 def _print_runs(what: str, runs: list[tuple[float, float]], show) -> None:
@@ -288,7 +296,7 @@ def bench_paper(broker: BrokerProcess, count: int) -> None:
                   f"(paper: about {paper:,}); runs: " + ", ".join(
                       f"{ours:,.0f} (mock {theirs:,.0f}, {ours / theirs:.2f})"
                       for ours, theirs in runs))
-            _print_busy(busy)
+            _print_busy(busy, runs)
     finally:
         mock.close()
     if shutil.which("kcat") is None:

@@ -289,7 +289,8 @@ def test_unclean_leader_election(tmp_path, zk_connect, unclean):
                 elected = admin.elect_leaders(ElectionType.UNCLEAN, [
                     KafkaTopicPartition(TOPIC, 0)]).result(30)
                 assert elected == {KafkaTopicPartition(TOPIC, 0): None}
-                assert leader_of(cluster, via=other) == follower
+                # Answered once the controller (which librdkafka asked) has the new leader.
+                assert leader_of(cluster, via=cluster.controller(other)) == follower
             wait_until(lambda: leader_of(cluster, via=other) == follower, timeout=30,
                        message="the out-of-sync replica to lead")
             expected = ["both-have-it"]
@@ -653,7 +654,8 @@ def test_reassignment_through_the_admin_api_lists_and_cancels(cluster, tmp_path)
         assert admin.alter_partition_reassignments({p1: [third]}) == {p1: None}
         wait_until(lambda: partition_meta(cluster, first)[1].replicas == (third,), timeout=30,
                    message="partition 1 moved to the third broker")
-        assert leader_of(cluster, 1, via=first) == third
+        wait_until(lambda: leader_of(cluster, 1, via=first) == third,
+                   message="the third broker leading partition 1")
     finally:
         admin.close()
     # The same through pylog's tool, as kafka-reassign-partitions.sh --bootstrap-server.
