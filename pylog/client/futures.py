@@ -56,7 +56,7 @@ class _MetadataOnFirstRead:
     """A delivered RecordFuture's ``_result``, its RecordMetadata made the first time it is
     read (``result()``) from the batch's shared delivery and the record's index.
 
-    Settling a future is then two attribute stores and no new object: a caller holding
+    Settling a future is then three attribute stores and no new object: a caller holding
     hundreds of thousands of futures, most never read, does not pay the garbage
     collector for as many metadata objects. It has no ``__set__``, so the metadata it
     makes (or ``set_result``'s) becomes the future's own attribute."""
