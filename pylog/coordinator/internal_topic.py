@@ -254,6 +254,7 @@ class AppendQueue:
         self.error_code = error_code
         self._waiting: list[tuple[AppendTicket, OnDone]] = []
         self._to_wake: set[int] = set()
+        self._draining = False
 
     def add(self, ticket: AppendTicket, on_done: OnDone) -> None:
         self._waiting.append((ticket, on_done))
@@ -265,19 +266,30 @@ class AppendQueue:
         self._to_wake.add(partition)
 
     def drain(self) -> None:
-        """Finish the appends whose outcome is known."""
-        if not self._waiting:
+        """Finish the appends whose outcome is known.
+
+        An ``on_done`` may add appends (a transaction whose markers all went at once, to
+        topics since deleted, writes its Complete state from inside its Prepare state's
+        callback): the running pass looks at them too, and a drain called from inside it
+        returns at once. Each append leaves the queue before its callback runs, so no
+        callback runs twice, and one that raises leaves nothing behind."""
+        if self._draining or not self._waiting:
             return
-        now = self.clock()
-        waiting = []
-        for ticket, on_done in self._waiting:
-            outcome = ticket.outcome(now)
-            if outcome is False:
-                waiting.append((ticket, on_done))
-                continue
-            on_done(0 if outcome is None else self.error_code(outcome))
-            self._to_wake.add(ticket.partition)
-        self._waiting = waiting
+        self._draining = True
+        try:
+            now = self.clock()
+            index = 0
+            while index < len(self._waiting):
+                ticket, on_done = self._waiting[index]
+                outcome = ticket.outcome(now)
+                if outcome is False:
+                    index += 1
+                    continue
+                del self._waiting[index]
+                self._to_wake.add(ticket.partition)
+                on_done(0 if outcome is None else self.error_code(outcome))
+        finally:
+            self._draining = False
 
     def wake(self, partition: int) -> None:
         self._to_wake.add(partition)

@@ -132,6 +132,38 @@ def test_markers_for_a_deleted_topic_are_dropped(conn):
     wait_until(lambda: state() == "CompleteCommit", message="CompleteCommit without the topic")
 
 
+def test_a_transaction_whose_every_topic_is_gone_still_ends(conn):
+    """Its markers are dropped at once, so its Complete state is written from inside the
+    write of its Prepare state: once by its producer's EndTxn, once by the coordinator's
+    abort of a transaction open past its timeout; the coordinator goes on working after."""
+    call(conn, ApiKey.CREATE_TOPICS, 4, {"topics": [
+        {"name": name, "num_partitions": 1, "replication_factor": 1, "assignments": [],
+         "configs": []} for name in ("wire-gone-ended", "wire-gone-timed-out")],
+        "timeout_ms": 5000, "validate_only": False})
+
+    def state(transactional_id: str) -> str:
+        return call(conn, ApiKey.DESCRIBE_TRANSACTIONS, 0, {
+            "transactional_ids": [transactional_id]})["transaction_states"][0]["transaction_state"]
+
+    opened = {}
+    for transactional_id, topic, timeout_ms in (("w-gone-ended", "wire-gone-ended", 30000),
+                                                ("w-gone-timed-out", "wire-gone-timed-out", 1000)):
+        producer = init_producer(conn, transactional_id, timeout_ms=timeout_ms)
+        opened[transactional_id] = producer["producer_id"], producer["producer_epoch"]
+        assert add_partitions(conn, transactional_id, *opened[transactional_id],
+                              {topic: [0]}) == {(topic, 0): 0}
+        call(conn, ApiKey.DELETE_TOPICS, 4, {"topic_names": [topic], "timeout_ms": 5000})
+    assert end_txn(conn, "w-gone-ended", *opened["w-gone-ended"], False) == 0
+    wait_until(lambda: state("w-gone-ended") == "CompleteAbort", message="the ended one aborted")
+    wait_until(lambda: state("w-gone-timed-out") == "CompleteAbort",
+               message="the timed-out one aborted by the coordinator")
+    for transactional_id, (producer_id, epoch) in opened.items():
+        again = init_producer(conn, transactional_id)
+        assert (again["error_code"], again["producer_id"]) == (0, producer_id)
+        assert again["producer_epoch"] > epoch
+    assert init_producer(conn, "w-gone-next")["error_code"] == 0
+
+
 def test_an_idle_transactional_id_expires(tmp_path):
     settings = dict(SMALL_INTERNAL_TOPICS, **{
         "transactional.id.expiration.ms": 1000,
