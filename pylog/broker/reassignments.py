@@ -12,8 +12,9 @@ INVALID_REPLICA_ASSIGNMENT (no replicas, a broker twice, a broker not registered
 NO_REASSIGNMENT_IN_PROGRESS (cancelling what is not moving).
 
 List answers each pending partition's replicas now, and which are being added and
-removed. A standalone broker has nothing to move: Alter answers INVALID_REQUEST, List
-nothing.
+removed. A standalone broker answers as a cluster of one: Alter takes a partition's own
+broker as its target (nothing to move), refuses any other (INVALID_REPLICA_ASSIGNMENT)
+and has nothing to cancel; List answers nothing.
 """
 
 from __future__ import annotations
@@ -44,14 +45,12 @@ class ReassignmentHandlers:
         return hasattr(self.metadata, "alter_reassignments")
 
     def alter(self, version: int, body: dict, session) -> dict:
-        if not self._clustered:
-            return {"throttle_time_ms": 0, "error_code": InvalidRequestError.errno,
-                    "error_message": "a standalone broker has no other broker to move "
-                                     "replicas to", "responses": []}
         requested = {(t["name"], p["partition_index"]): p["replicas"]
                      for t in body["topics"] for p in t["partitions"]}
         errors: dict[Partition, KafkaError | None] = {}
         live = {b.broker_id for b in self.metadata.brokers()}
+        if not self._clustered:
+            return self._alter_standalone(requested, live)
         checked: dict[Partition, tuple[int, ...] | None] = {}
         for tp, replicas in requested.items():
             try:
@@ -121,6 +120,23 @@ class ReassignmentHandlers:
         response["topics"] = [{"name": name, "partitions": partitions}
                               for name, partitions in topics.items()]
         return response
+
+    def _alter_standalone(self, requested: dict[Partition, list[int] | None],
+                          live: set[int]) -> dict:
+        """A standalone broker's answer, as a one-broker cluster's: every partition is
+        already on its only broker, so a valid target (that broker) is done at once,
+        nothing is ever moving to cancel, and any other broker is not registered."""
+        errors: dict[Partition, KafkaError | None] = {}
+        for tp, replicas in requested.items():
+            try:
+                self._replicas(tp)
+                if replicas is None:
+                    raise NoReassignmentInProgressError(f"{tp[0]}-{tp[1]} is not being reassigned")
+                _check_replicas(tp, replicas, live)
+            except KafkaError as error:
+                errors[tp] = error
+        return {"throttle_time_ms": 0, "error_code": 0, "error_message": None,
+                "responses": _by_topic(requested, errors)}
 
     def _replicas(self, tp: Partition) -> tuple[int, ...]:
         meta = self.metadata.topic(tp[0])

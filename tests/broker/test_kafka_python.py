@@ -118,3 +118,26 @@ def test_describe_producers_shows_an_open_transaction(broker):
         assert time.monotonic() < deadline, producers()
         time.sleep(0.05)
     admin.close()
+
+
+def test_partition_reassignments_on_a_standalone_broker(broker):
+    """A standalone broker answers as a one-broker cluster: its own id is a valid target
+    (nothing to move), another broker is not registered, nothing is moving to cancel."""
+    from kafka.errors import (InvalidReplicationAssignmentError, NoReassignmentInProgressError,
+                              UnknownTopicOrPartitionError)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        admin.create_topics([NewTopic("kp-reassigned", num_partitions=1, replication_factor=1)])
+        [described] = admin.describe_topics(["kp-reassigned"])
+        [own] = described["partitions"][0]["replica_nodes"]
+        here, missing = TopicPartition("kp-reassigned", 0), TopicPartition("kp-reassigned", 5)
+        assert admin.alter_partition_reassignments({here: [own]}) == {here: None}
+        assert admin.alter_partition_reassignments({here: [own + 1]}) == {
+            here: InvalidReplicationAssignmentError}
+        assert admin.alter_partition_reassignments({here: [own, own]}) == {
+            here: InvalidReplicationAssignmentError}
+        assert admin.alter_partition_reassignments({here: None, missing: [own]}) == {
+            here: NoReassignmentInProgressError, missing: UnknownTopicOrPartitionError}
+        assert admin.list_partition_reassignments() == {}
+    finally:
+        admin.close()
