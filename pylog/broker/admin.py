@@ -21,8 +21,9 @@ from pylog.cluster.placement import (INTERNAL_TOPICS, check_partition_growth,
 from pylog.errors import (
     ConfigError, CoordinatorNotAvailableError, InvalidConfigError, InvalidPartitionsError, InvalidReplicaAssignmentError,
     InvalidRequestError, InvalidTopicError, KafkaError, LeaderNotAvailableError, ListenerNotFoundError,
-    TopicAlreadyExistsError,
-    TopicDeletionDisabledError, UnknownTopicIdError, UnknownTopicOrPartitionError)
+    MismatchedEndpointTypeError, TopicAlreadyExistsError,
+    TopicDeletionDisabledError, UnknownTopicIdError, UnknownTopicOrPartitionError,
+    UnsupportedEndpointTypeError)
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,7 @@ UNKNOWN_TOPIC_OR_PARTITION = UnknownTopicOrPartitionError.errno
 INVALID_TOPIC = InvalidTopicError.errno
 UNKNOWN_TOPIC_ID = UnknownTopicIdError.errno
 LISTENER_NOT_FOUND = ListenerNotFoundError.errno
+BROKER_ENDPOINTS, CONTROLLER_ENDPOINTS = 1, 2  # DescribeCluster's endpoint types (KIP-919)
 
 
 def _reachable(brokers, listener: str | None) -> list:
@@ -105,15 +107,28 @@ class AdminHandlers:
     def describe_cluster(self, body: dict, version: int, listener: str | None = None) -> dict:
         """DescribeCluster (KIP-700): the brokers on the client's listener, the cluster id
         and the controller, as Metadata gives them, and the cluster's authorized
-        operations when asked."""
+        operations when asked. v1 names the endpoint type asked about (KIP-919): a broker
+        describes brokers only (a controller endpoint: MISMATCHED_ENDPOINT_TYPE); v2
+        tells fenced brokers, which a ZooKeeper cluster does not have."""
+        endpoint_type = body.get("endpoint_type", BROKER_ENDPOINTS)
+        if endpoint_type != BROKER_ENDPOINTS:
+            error = MismatchedEndpointTypeError if endpoint_type == CONTROLLER_ENDPOINTS \
+                else UnsupportedEndpointTypeError
+            return {"throttle_time_ms": 0, "error_code": error.errno,
+                    "error_message": f"a broker describes brokers (endpoint type 1), "
+                                     f"not endpoint type {endpoint_type}",
+                    "endpoint_type": endpoint_type, "cluster_id": self.metadata.cluster_id,
+                    "controller_id": -1, "brokers": [],
+                    "cluster_authorized_operations": NOT_REQUESTED}
         live = self.metadata.brokers()
         reachable = _reachable(live, listener)
         return {
             "throttle_time_ms": 0, "error_code": 0, "error_message": None,
+            "endpoint_type": BROKER_ENDPOINTS,
             "cluster_id": self.metadata.cluster_id,
             "controller_id": self.metadata.controller_id(),
             "brokers": [{"broker_id": b.broker_id, "host": b.host, "port": b.port,
-                         "rack": b.rack} for b in reachable],
+                         "rack": b.rack, "is_fenced": False} for b in reachable],
             "cluster_authorized_operations": all_operations(ResourceType.CLUSTER)
             if body["include_cluster_authorized_operations"] else NOT_REQUESTED,
         }

@@ -58,7 +58,7 @@ SERVED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.FETCH: (4, 12),
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (0, 12),
-    ApiKey.DESCRIBE_CLUSTER: (0, 0),
+    ApiKey.DESCRIBE_CLUSTER: (0, 2),
     ApiKey.FIND_COORDINATOR: (0, 4),
     ApiKey.OFFSET_COMMIT: (0, 8),
     ApiKey.OFFSET_FETCH: (0, 8),

@@ -141,3 +141,16 @@ def test_partition_reassignments_on_a_standalone_broker(broker):
         assert admin.list_partition_reassignments() == {}
     finally:
         admin.close()
+
+
+def test_describe_cluster(broker):
+    """kafka-python reads DescribeCluster v1+ (it expects the endpoint type v1 added)."""
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        cluster = admin.describe_cluster()
+    finally:
+        admin.close()
+    [only] = cluster["brokers"]
+    assert (only["host"], only["port"]) == (broker.host, broker.port)
+    assert cluster["controller_id"] == only["broker_id"] and cluster["cluster_id"]
+    assert only["is_fenced"] is False

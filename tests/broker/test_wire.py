@@ -12,7 +12,7 @@ from tests.broker.wire import WireClient, batch, create_body, fetch_body, produc
 
 CORRUPT_MESSAGE, UNKNOWN_TOPIC, OFFSET_OUT_OF_RANGE, MESSAGE_TOO_LARGE = 2, 3, 1, 10
 INVALID_TOPIC, UNSUPPORTED_VERSION, TOPIC_EXISTS, INVALID_CONFIG = 17, 35, 36, 40
-UNKNOWN_TOPIC_ID = 100
+UNKNOWN_TOPIC_ID, MISMATCHED_ENDPOINT_TYPE, UNSUPPORTED_ENDPOINT_TYPE = 100, 114, 115
 
 
 @pytest.fixture
@@ -138,6 +138,24 @@ def test_metadata_names_topic_ids_and_finds_topics_by_id(wire, version):
     meta = wire.call(ApiKey.METADATA, version, {
         "topics": [{"topic_id": topic_id, "name": None}], "allow_auto_topic_creation": False})
     assert meta["topics"][0]["error_code"] == UNKNOWN_TOPIC_ID
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_describe_cluster_describes_brokers_only(broker, wire, version):
+    body = {"include_cluster_authorized_operations": False, "endpoint_type": 1,
+            "include_fenced_brokers": True}
+    answer = wire.call(ApiKey.DESCRIBE_CLUSTER, version, body)
+    assert answer["error_code"] == 0 and answer["cluster_id"]
+    assert [(b["broker_id"], b["port"]) for b in answer["brokers"]] == [
+        (answer["controller_id"], broker.port)]
+    if version >= 1:
+        assert answer["endpoint_type"] == 1
+        # KIP-919: controllers are described by controllers, of which ZooKeeper mode has none.
+        for asked, error in ((2, MISMATCHED_ENDPOINT_TYPE), (7, UNSUPPORTED_ENDPOINT_TYPE)):
+            refused = wire.call(ApiKey.DESCRIBE_CLUSTER, version, dict(body, endpoint_type=asked))
+            assert (refused["error_code"], refused["brokers"]) == (error, [])
+    if version >= 2:
+        assert answer["brokers"][0]["is_fenced"] is False
 
 
 def test_fetch_out_of_range(wire):

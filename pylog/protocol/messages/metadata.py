@@ -76,14 +76,17 @@ METADATA = Message(
 )
 
 DESCRIBE_CLUSTER = Message(
-    key=60, name='DescribeCluster', versions='0', flexible='0+',
+    key=60, name='DescribeCluster', versions='0-2', flexible='0+',
     request=(
         F('include_cluster_authorized_operations', 'bool'),
+        F('endpoint_type', 'int8', '1+', default=1),  # 1 brokers, 2 controllers (KIP-919)
+        F('include_fenced_brokers', 'bool', '2+'),
     ),
     response=(
         F('throttle_time_ms', 'int32'),
         F('error_code', 'int16'),
         F('error_message', 'string', nullable='0+', default=None),
+        F('endpoint_type', 'int8', '1+', default=1),
         F('cluster_id', 'string'),
         F('controller_id', 'int32', default=-1),
         F('brokers', '[]', fields=(
@@ -91,6 +94,7 @@ DESCRIBE_CLUSTER = Message(
             F('host', 'string'),
             F('port', 'int32'),
             F('rack', 'string', nullable='0+', default=None),
+            F('is_fenced', 'bool', '2+'),
         )),
         F('cluster_authorized_operations', 'int32', default=-2147483648),
     ),
