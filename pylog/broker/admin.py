@@ -34,6 +34,7 @@ INVALID_TOPIC = InvalidTopicError.errno
 UNKNOWN_TOPIC_ID = UnknownTopicIdError.errno
 LISTENER_NOT_FOUND = ListenerNotFoundError.errno
 BROKER_ENDPOINTS, CONTROLLER_ENDPOINTS = 1, 2  # DescribeCluster's endpoint types (KIP-919)
+METADATA_VERSION_WITH_IDS = 12  # what DescribeTopicPartitions answers: Metadata's newest view
 
 
 def _reachable(brokers, listener: str | None) -> list:
@@ -98,6 +99,53 @@ class AdminHandlers:
             if 8 <= version <= 10 and body["include_cluster_authorized_operations"]
             else NOT_REQUESTED,
         }
+
+    def describe_topic_partitions(self, body: dict, version: int,
+                                  listener: str | None = None) -> dict:
+        """DescribeTopicPartitions (KIP-966): what Metadata says of the topics asked for
+        (every topic when none is named), sorted by name, paged by partitions: an answer
+        holds at most ``response_partition_limit`` of them (and at most
+        ``max.request.partition.size.limit``), and ``next_cursor`` names the topic and
+        partition the next request starts from (null once everything was described). A
+        cursor starts the answer at its topic and partition; one naming a topic not asked
+        for is INVALID_REQUEST for every topic. Topics are never created here, and an
+        unknown topic is UNKNOWN_TOPIC_OR_PARTITION. No eligible leader replicas: a
+        ZooKeeper cluster elects from the ISR."""
+        asked = [t["name"] for t in body["topics"]]
+        names = sorted(set(asked)) if asked else sorted(self.metadata.topics())
+        cursor = body["cursor"]
+        if cursor is not None and asked and cursor["topic_name"] not in names:
+            return {"throttle_time_ms": 0, "next_cursor": None, "topics": [
+                {"error_code": InvalidRequestError.errno, "name": name, "partitions": []}
+                for name in names]}
+        start = cursor["partition_index"] if cursor is not None else 0
+        if cursor is not None:
+            names = [name for name in names if name >= cursor["topic_name"]]
+        live = self.metadata.brokers()
+        unreachable = {b.broker_id for b in live} - {b.broker_id for b in _reachable(live, listener)}
+        room = max(1, min(body["response_partition_limit"],
+                          self.config["max.request.partition.size.limit"]))
+        topics, next_cursor = [], None
+        for name in names:
+            if room == 0:
+                next_cursor = {"topic_name": name, "partition_index": 0}
+                break
+            topic = self._topic_metadata(name, False, unreachable, METADATA_VERSION_WITH_IDS)
+            first = start if cursor is not None and name == cursor["topic_name"] else 0
+            partitions = [p for p in topic["partitions"] if p["partition_index"] >= first]
+            if len(partitions) > room:
+                next_cursor = {"topic_name": name,
+                               "partition_index": partitions[room]["partition_index"]}
+                partitions = partitions[:room]
+            room -= len(partitions)
+            for partition in partitions:
+                partition.update(eligible_leader_replicas=[], last_known_elr=[])
+            topics.append(dict(topic, partitions=partitions,
+                               topic_authorized_operations=all_operations(ResourceType.TOPIC)
+                               if topic["error_code"] == 0 else NOT_REQUESTED))
+            if next_cursor is not None:
+                break
+        return {"throttle_time_ms": 0, "topics": topics, "next_cursor": next_cursor}
 
     @staticmethod
     def _broker_list(brokers) -> list[dict]:

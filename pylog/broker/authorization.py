@@ -22,7 +22,8 @@ The checks (resource: operation), per API:
   TOPIC_AUTHORIZATION_FAILED); auto-creation needs Cluster Create or Topic Create. Asked
   for authorized operations (KIP-430), each topic's and the cluster's (none without
   Cluster Describe) are those the authorizer allows. DescribeCluster -- none; its
-  authorized operations as Metadata's.
+  authorized operations as Metadata's. DescribeTopicPartitions -- Topic Describe, as
+  Metadata (each topic's authorized operations always given).
 * Group APIs -- in :mod:`pylog.broker.authorization_groups`.
 * Transaction APIs -- in :mod:`pylog.transactions.authorization`.
 * CreateTopics -- Cluster Create or Topic Create. DeleteTopics -- Topic Delete.
@@ -102,6 +103,11 @@ def split_topics(topics: list[dict], allowed: Callable[[str], bool], name_key: s
     return kept, refused
 
 
+def _refused_topic(name: str) -> dict:
+    return {"error_code": TOPIC_AUTHORIZATION_FAILED, "name": name, "is_internal": False,
+            "partitions": []}
+
+
 class RequestAuthorization:
     """The checks of every API over one ``AclAuthorizer`` (see the module docstring)."""
 
@@ -117,6 +123,7 @@ class RequestAuthorization:
             ApiKey.PRODUCE: self._produce, ApiKey.FETCH: self._fetch,
             ApiKey.LIST_OFFSETS: self._list_offsets, ApiKey.METADATA: self._metadata,
             ApiKey.DESCRIBE_CLUSTER: self._describe_cluster,
+            ApiKey.DESCRIBE_TOPIC_PARTITIONS: self._describe_topic_partitions,
             ApiKey.ELECT_LEADERS: self._elect_leaders,
             ApiKey.ALTER_PARTITION_REASSIGNMENTS: self._alter_reassignments,
             ApiKey.LIST_PARTITION_REASSIGNMENTS: self._list_reassignments,
@@ -255,6 +262,48 @@ class RequestAuthorization:
         if not access.cluster(Op.DESCRIBE):
             return 0
         return authorized_operations(access.cluster, ResourceType.CLUSTER)
+
+    def _describe_topic_partitions(self, body: dict, version: int, access: Access) -> Verdict:
+        """Every topic: the others left out. Named topics: those refused answer
+        TOPIC_AUTHORIZATION_FAILED in the page that reaches their place in name order (a
+        cursor at a refused topic moves on to the next allowed one)."""
+        def operations(topic: dict) -> dict:
+            if topic["error_code"] or not topic["name"]:
+                return topic
+            return dict(topic, topic_authorized_operations=authorized_operations(
+                lambda op, name=topic["name"]: access.topic(op, name), ResourceType.TOPIC))
+
+        if not body["topics"]:
+            return Verdict(body, lambda response: dict(response, topics=[
+                operations(t) for t in response["topics"]
+                if t["name"] is None or access.topic(Op.DESCRIBE, t["name"])]))
+        kept, refused = split_topics(body["topics"], lambda name: access.topic(Op.DESCRIBE, name))
+        if not refused:
+            return Verdict(body, lambda response: dict(
+                response, topics=[operations(t) for t in response["topics"]]))
+        cursor = body["cursor"]
+        start = None if cursor is None else cursor["topic_name"]
+        refused_names = sorted({t["name"] for t in refused})
+
+        def errors(following: dict | None) -> list[dict]:
+            return [_refused_topic(name) for name in refused_names
+                    if (start is None or name >= start)
+                    and (following is None or name < following["topic_name"])]
+
+        if start in refused_names:
+            allowed_after = sorted(t["name"] for t in kept if t["name"] > start)
+            cursor = {"topic_name": allowed_after[0], "partition_index": 0} \
+                if allowed_after else None
+        if not kept or (start in refused_names and cursor is None):
+            return Verdict(response={"throttle_time_ms": 0, "next_cursor": None,
+                                     "topics": errors(None)})
+
+        def finish(response: dict) -> dict:
+            return dict(response, topics=sorted(
+                [operations(t) for t in response["topics"]] + errors(response["next_cursor"]),
+                key=lambda t: t["name"]))
+
+        return Verdict(dict(body, topics=kept, cursor=cursor), finish)
 
     def _describe_cluster(self, body: dict, version: int, access: Access) -> Verdict:
         if not body["include_cluster_authorized_operations"]:

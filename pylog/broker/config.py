@@ -129,6 +129,8 @@ _SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
     "num.partitions": (_int, 1, "partitions of auto-created topics"),
     "default.replication.factor": (_int, 1, "replication factor of auto-created topics"),
     "max.partitions.per.topic": (_int, 10000, "most partitions a topic may be created with"),
+    "max.request.partition.size.limit": (
+        _int, 2000, "most partitions one DescribeTopicPartitions answer holds"),
     "auto.create.topics.enable": (_bool, True, "create unknown topics on Metadata requests"),
     "delete.topic.enable": (_bool, True, "allow DeleteTopics"),
     "log.segment.bytes": (_int, 1 << 30, "roll a segment at this size"),
@@ -503,7 +505,8 @@ class BrokerConfig:
     def _check(self) -> None:
         for key in ("num.partitions", "num.network.threads", "message.max.bytes",
                     "socket.request.max.bytes", "default.replication.factor",
-                    "max.partitions.per.topic", "queued.max.request.bytes",
+                    "max.partitions.per.topic", "max.request.partition.size.limit",
+                    "queued.max.request.bytes",
                     "min.insync.replicas", "replica.lag.time.max.ms",
                     "replica.fetch.wait.max.ms", "replica.fetch.max.bytes",
                     "replica.fetch.response.max.bytes", "replica.fetch.backoff.ms",

@@ -59,6 +59,7 @@ SERVED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (0, 12),
     ApiKey.DESCRIBE_CLUSTER: (0, 2),
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),
     ApiKey.FIND_COORDINATOR: (0, 4),
     ApiKey.OFFSET_COMMIT: (0, 8),
     ApiKey.OFFSET_FETCH: (0, 8),
@@ -383,6 +384,8 @@ class Dispatcher:
             return self.admin.metadata_request(body, version, session.listener)
         if api_key == ApiKey.DESCRIBE_CLUSTER:
             return self.admin.describe_cluster(body, version, session.listener)
+        if api_key == ApiKey.DESCRIBE_TOPIC_PARTITIONS:
+            return self.admin.describe_topic_partitions(body, version, session.listener)
         if api_key == ApiKey.API_VERSIONS:
             return api_versions_body(0, self.served)
         if api_key == ApiKey.CREATE_TOPICS:

@@ -246,12 +246,34 @@ def compile_struct(fields: tuple[F, ...], version: int, flexible: bool) -> Struc
     return codec
 
 
+def _nullable_struct(read_struct: Reader, write_struct: Writer) -> tuple[Reader, Writer]:
+    """A nullable struct field: an int8 -1 for null, else 1 and the struct (both in flexible
+    and in older versions)."""
+
+    def read(buf, offset: int):
+        present, offset = p.read_int8(buf, offset)
+        if present < 0:
+            return None, offset
+        return read_struct(buf, offset)
+
+    def write(out: bytearray, value) -> None:
+        if value is None:
+            p.write_int8(out, -1)
+        else:
+            p.write_int8(out, 1)
+            write_struct(out, value)
+    return read, write
+
+
 def _compile_field(f: F, version: int, flexible: bool) -> _Entry:
     compact = flexible if f.flexible is None else version in VersionRange.parse(f.flexible)
     nullable = version in VersionRange.parse(f.nullable)
     if f.type in ("[]", "{}"):
         inner = compile_struct(f.fields, version, flexible)
         if f.type == "{}":
+            if nullable:
+                read, write = _nullable_struct(inner.read, inner.write)
+                return _Entry(f.name, read, write, None if f.default is _UNSET else f.default)
             default = inner.default_value() if f.default is _UNSET else f.default
             return _Entry(f.name, inner.read, inner.write, default, kind="struct",
                           inner=inner)

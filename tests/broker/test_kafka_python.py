@@ -154,3 +154,49 @@ def test_describe_cluster(broker):
     assert (only["host"], only["port"]) == (broker.host, broker.port)
     assert cluster["controller_id"] == only["broker_id"] and cluster["cluster_id"]
     assert only["is_fenced"] is False
+
+
+def test_describe_topic_partitions_pages_through_every_partition(broker):
+    """DescribeTopicPartitions (KIP-966) as kafka-python sends it: topics by name, at most
+    ``response_partition_limit`` partitions an answer, the next page from ``next_cursor``."""
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        admin.create_topics([NewTopic("kp-paged-a", num_partitions=5, replication_factor=1),
+                             NewTopic("kp-paged-b", num_partitions=3, replication_factor=1)])
+        wanted = ["kp-paged-b", "kp-missing", "kp-paged-a"]
+        pages, cursor = [], None
+        while True:
+            answer = admin.describe_topic_partitions(wanted, response_partition_limit=3,
+                                                     cursor=cursor)
+            pages.append([(t["name"], t["error_code"],
+                           [p["partition_index"] for p in t["partitions"]])
+                          for t in answer["topics"]])
+            cursor = answer["next_cursor"]
+            if cursor is None:
+                break
+        assert pages == [[("kp-missing", 3, []), ("kp-paged-a", 0, [0, 1, 2])],
+                         [("kp-paged-a", 0, [3, 4]), ("kp-paged-b", 0, [0])],
+                         [("kp-paged-b", 0, [1, 2])]]
+        [first] = admin.describe_topic_partitions(["kp-paged-b"])["topics"]
+        [described] = admin.describe_topics(["kp-paged-b"])
+        assert str(first["topic_id"]) == str(described["topic_id"])  # the id Metadata gives
+        assert [p["leader_id"] for p in first["partitions"]] == [
+            p["leader_id"] for p in described["partitions"]]
+        everything = admin.describe_topic_partitions([])["topics"]
+        assert {"kp-paged-a", "kp-paged-b"} <= {t["name"] for t in everything}
+        assert [t["name"] for t in everything] == sorted(t["name"] for t in everything)
+    finally:
+        admin.close()
+
+
+def test_the_broker_caps_partitions_per_describe_topic_partitions_answer(tmp_path):
+    from pylog.testing.broker import BrokerProcess
+    with BrokerProcess(tmp_path, {"max.request.partition.size.limit": 2}) as capped:
+        admin = KafkaAdminClient(bootstrap_servers=capped.bootstrap)
+        try:
+            admin.create_topics([NewTopic("kp-capped", num_partitions=3, replication_factor=1)])
+            answer = admin.describe_topic_partitions(["kp-capped"], response_partition_limit=100)
+        finally:
+            admin.close()
+    assert [p["partition_index"] for p in answer["topics"][0]["partitions"]] == [0, 1]
+    assert answer["next_cursor"] == {"topic_name": "kp-capped", "partition_index": 2}

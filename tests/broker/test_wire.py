@@ -13,6 +13,7 @@ from tests.broker.wire import WireClient, batch, create_body, fetch_body, produc
 CORRUPT_MESSAGE, UNKNOWN_TOPIC, OFFSET_OUT_OF_RANGE, MESSAGE_TOO_LARGE = 2, 3, 1, 10
 INVALID_TOPIC, UNSUPPORTED_VERSION, TOPIC_EXISTS, INVALID_CONFIG = 17, 35, 36, 40
 UNKNOWN_TOPIC_ID, MISMATCHED_ENDPOINT_TYPE, UNSUPPORTED_ENDPOINT_TYPE = 100, 114, 115
+INVALID_REQUEST = 42
 
 
 @pytest.fixture
@@ -156,6 +157,21 @@ def test_describe_cluster_describes_brokers_only(broker, wire, version):
             assert (refused["error_code"], refused["brokers"]) == (error, [])
     if version >= 2:
         assert answer["brokers"][0]["is_fenced"] is False
+
+
+def test_describe_topic_partitions_refuses_a_cursor_outside_the_topics_asked_for(wire):
+    create(wire, "dtp-wire", partitions=2)
+    answer = wire.call(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, {
+        "topics": [{"name": "dtp-wire"}], "response_partition_limit": 10,
+        "cursor": {"topic_name": "dtp-elsewhere", "partition_index": 0}})
+    assert [(t["name"], t["error_code"]) for t in answer["topics"]] == [
+        ("dtp-wire", INVALID_REQUEST)]
+    assert answer["next_cursor"] is None
+    # A cursor past a topic's last partition: the topic with none, then the next page.
+    answer = wire.call(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, {
+        "topics": [{"name": "dtp-wire"}], "response_partition_limit": 10,
+        "cursor": {"topic_name": "dtp-wire", "partition_index": 1}})
+    assert [p["partition_index"] for p in answer["topics"][0]["partitions"]] == [1]
 
 
 def test_fetch_out_of_range(wire):

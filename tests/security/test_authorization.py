@@ -196,6 +196,38 @@ def test_metadata_lists_only_topics_the_principal_may_describe(broker, admin):
     assert seen["error_code"] == 0 and seen["name"] == "logs.seen" and seen["partitions"]
 
 
+def test_describe_topic_partitions_shows_only_what_the_principal_may_describe(broker, admin):
+    TOPIC_AUTHORIZATION_FAILED = KafkaError.TOPIC_AUTHORIZATION_FAILED
+    grant(admin, (ResourceType.TOPIC, "dtp-", PREFIXED, AclOperation.ALL, ALLOW),
+          (ResourceType.TOPIC, "dtp-hidden", LITERAL, AclOperation.DESCRIBE, DENY))
+    for name in ("dtp-a", "dtp-hidden", "dtp-z"):
+        create_topic(admin, name)
+
+    def describe(names, cursor=None, limit=2000):
+        with WireClient(broker.bootstrap) as wire:
+            answer = wire.call(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, {
+                "topics": [{"name": n} for n in names], "response_partition_limit": limit,
+                "cursor": cursor})
+        return [(t["name"], t["error_code"], len(t["partitions"])) for t in answer["topics"]], \
+            answer["next_cursor"]
+
+    listed, _ = describe([])
+    assert ("dtp-a", 0, 1) in listed and ("dtp-z", 0, 1) in listed
+    assert "dtp-hidden" not in {name for name, _, _ in listed}
+    named = ["dtp-z", "dtp-hidden", "dtp-a"]
+    assert describe(named) == ([("dtp-a", 0, 1), ("dtp-hidden", TOPIC_AUTHORIZATION_FAILED, 0),
+                                ("dtp-z", 0, 1)], None)
+    # Paged one partition at a time, the refused topic answers in the page reaching it; a
+    # cursor at it moves on to the next topic the principal may see.
+    assert describe(named, limit=1) == (
+        [("dtp-a", 0, 1), ("dtp-hidden", TOPIC_AUTHORIZATION_FAILED, 0)],
+        {"topic_name": "dtp-z", "partition_index": 0})
+    after = {"topic_name": "dtp-hidden", "partition_index": 0}
+    assert describe(named, cursor=after, limit=1) == (
+        [("dtp-hidden", TOPIC_AUTHORIZATION_FAILED, 0), ("dtp-z", 0, 1)], None)
+    assert describe(["dtp-hidden"]) == ([("dtp-hidden", TOPIC_AUTHORIZATION_FAILED, 0)], None)
+
+
 def wire_from(source_host: str, bootstrap: str) -> WireClient:
     """A raw connection whose client address is ``source_host`` (another loopback)."""
     host, port = bootstrap.rsplit(":", 1)

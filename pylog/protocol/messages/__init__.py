@@ -12,7 +12,8 @@ from pylog.protocol.messages.fetch import FETCH, LIST_OFFSETS
 from pylog.protocol.messages.groups import (
     DELETE_GROUPS, DESCRIBE_GROUPS, FIND_COORDINATOR, HEARTBEAT, JOIN_GROUP, LEAVE_GROUP,
     LIST_GROUPS, OFFSET_COMMIT, OFFSET_DELETE, OFFSET_FETCH, SYNC_GROUP)
-from pylog.protocol.messages.metadata import API_VERSIONS, DESCRIBE_CLUSTER, METADATA
+from pylog.protocol.messages.metadata import (
+    API_VERSIONS, DESCRIBE_CLUSTER, DESCRIBE_TOPIC_PARTITIONS, METADATA)
 from pylog.protocol.messages.produce import INIT_PRODUCER_ID, PRODUCE
 from pylog.protocol.messages.records_admin import DELETE_RECORDS, DESCRIBE_LOG_DIRS
 from pylog.protocol.messages.replication import (
@@ -72,6 +73,7 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    DESCRIBE_TOPIC_PARTITIONS = 75
 
 
 MESSAGES: dict[int, Message] = {m.key: m for m in (
@@ -84,6 +86,6 @@ MESSAGES: dict[int, Message] = {m.key: m for m in (
     ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, WRITE_TXN_MARKERS, TXN_OFFSET_COMMIT,
     DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS, DELETE_RECORDS, DESCRIBE_CLUSTER,
     ELECT_LEADERS, ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS,
-    DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS)}
+    DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS, DESCRIBE_TOPIC_PARTITIONS)}
 
 assert set(MESSAGES) == set(ApiKey), "ApiKey and MESSAGES must list the same APIs"
