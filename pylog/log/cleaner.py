@@ -268,6 +268,10 @@ class Cleaner:
     def _clean_segment(self, snapshot: SegmentSnapshot, writer: "_CleanedSegmentWriter",
                        rules: "_RetainRules") -> None:
         latest, end, horizon_ms, aborted = rules
+        # A tombstone stays for delete.retention.ms after it was written here (its segment's
+        # last write, which cleaning keeps), whatever its own timestamp: a replayed or
+        # mirrored delete with an old CreateTime is still seen by a reader that is behind.
+        written_ms = int(os.fstat(snapshot.fd).st_mtime * 1000)
         for buf, pos, header in _read_batches(snapshot):
             self._check_stop()
             check_crc(buf, pos, header)
@@ -278,7 +282,7 @@ class Cleaner:
                 writer.drop(header)
                 continue
             spans = scan_records(buf, pos, header)
-            expired = header.max_timestamp < horizon_ms
+            expired = max(header.max_timestamp, written_ms) < horizon_ms
             keep = [key is not None and latest(key, -1) <= offset
                     and not (tombstone and expired and offset < end)
                     for key, offset, tombstone in zip(spans.keys, spans.offsets, spans.tombstones)]

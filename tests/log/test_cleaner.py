@@ -57,7 +57,16 @@ def write(log: Log, records: list[tuple[bytes, bytes | None]], clock: ManualCloc
           compression: int = Compression.NONE) -> list[Written]:
     batch = build_batch([(k, v, (), clock.ms) for k, v in records], compression=compression)
     info = log.append(batch)
+    written_at(log, clock)
     return [Written(info.first_offset + i, k, v, clock.ms) for i, (k, v) in enumerate(records)]
+
+
+def written_at(log: Log, clock: ManualClock) -> None:
+    """Date the active segment's last write by ``clock``, as the system's clock dates it in
+    a broker (the cleaner keeps a tombstone for delete.retention.ms after its segment's
+    last write)."""
+    path = layout.log_file(log.directory, log.active_segment.base_offset)
+    os.utime(path, (clock(), clock()))
 
 
 def read_all(log: Log) -> tuple[list[Written], list]:
@@ -141,6 +150,26 @@ def test_compacted_log_reads_as_the_model(tmp_path_factory, rounds):
     reopened = Log.open(directory, compact_config(), clock)
     assert read_all(reopened)[0] == written
     reopened.close()
+
+
+def test_a_tombstone_stays_for_the_retention_after_it_was_written_whatever_its_timestamp(
+        tmp_path, clock):
+    """A delete replayed or mirrored with a CreateTime days old is still there for a reader
+    that is behind: delete.retention.ms counts from when the log took it."""
+    log = Log.open(tmp_path / "t-0", compact_config(), clock)
+    days_ago = clock.ms - 3 * 86_400_000
+    log.append(build_batch([(KEYS[0], b"set", (), days_ago)]))
+    log.append(build_batch([(KEYS[0], None, (), days_ago)]))
+    written_at(log, clock)
+    log.roll()
+    write(log, [(KEYS[1], b"in the active segment")], clock)
+    clean_fully(log, clock.ms)
+    assert [(r.key, r.value) for r in read_all(log)[0]] == [
+        (KEYS[0], None), (KEYS[1], b"in the active segment")]
+    clock.advance(ms=RETENTION_MS + 1000)
+    clean_fully(log, clock.ms)  # the cleaned segment kept its time of writing
+    assert [(r.key, r.value) for r in read_all(log)[0]] == [(KEYS[1], b"in the active segment")]
+    log.close()
 
 
 def test_cleaning_groups_small_segments_and_keeps_offsets(tmp_path, clock):
