@@ -34,10 +34,11 @@ through the time index and refined to the first record at or after it (with
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 
 from pylog.broker.partitions import PartitionLogs
-from pylog.errors import KafkaError, PylogError, UnsupportedVersionError
+from pylog.errors import InvalidRequestError, KafkaError, PylogError, UnsupportedVersionError
 from pylog.records import decode_batch
 from pylog.types import TopicPartition
 
@@ -193,6 +194,11 @@ def start_fetch(body: dict, version: int, logs: PartitionLogs, now: float,
 
 
 def handle_list_offsets(body: dict, version: int, logs: PartitionLogs) -> dict:
+    """Each partition's offset for its timestamp. A partition named twice gets
+    INVALID_REQUEST for each entry, as in Kafka: one answer could not tell which
+    timestamp it is for."""
+    named = Counter((t["name"], p["partition_index"])
+                    for t in body["topics"] for p in t["partitions"])
     topics_out = []
     for topic in body["topics"]:
         partitions_out = []
@@ -200,6 +206,10 @@ def handle_list_offsets(body: dict, version: int, logs: PartitionLogs) -> dict:
             result = {"partition_index": p["partition_index"], "error_code": 0,
                       "old_style_offsets": [], "timestamp": -1, "offset": -1,
                       "leader_epoch": -1}
+            if named[topic["name"], p["partition_index"]] > 1:
+                result["error_code"] = InvalidRequestError.errno
+                partitions_out.append(result)
+                continue
             try:
                 replica_id = body.get("replica_id", -1)
                 if replica_id == DEBUGGING_REPLICA_ID:

@@ -249,6 +249,15 @@ def test_list_offsets_latest_earliest_and_timestamps(wire):
     assert lookup(base)["offset"] == 0
     assert lookup(base + 10_000)["offset"] == -1
     assert lookup(-1, version=1)["offset"] == 4
+    # A partition named twice: neither answer could say which timestamp it is for.
+    twice = wire.call(ApiKey.LIST_OFFSETS, 5, {"replica_id": -1, "isolation_level": 0, "topics": [
+        {"name": "times", "partitions": [
+            {"partition_index": 0, "timestamp": ts, "current_leader_epoch": -1}
+            for ts in (base, base + 3000)]},
+        {"name": "nope", "partitions": [
+            {"partition_index": 0, "timestamp": -1, "current_leader_epoch": -1}]}]})
+    assert [[p["error_code"] for p in t["partitions"]] for t in twice["topics"]] == [
+        [INVALID_REQUEST, INVALID_REQUEST], [UNKNOWN_TOPIC]]
 
 
 def test_create_and_delete_topics(wire):
