@@ -35,6 +35,10 @@ UNKNOWN_TOPIC_ID = UnknownTopicIdError.errno
 LISTENER_NOT_FOUND = ListenerNotFoundError.errno
 BROKER_ENDPOINTS, CONTROLLER_ENDPOINTS = 1, 2  # DescribeCluster's endpoint types (KIP-919)
 METADATA_VERSION_WITH_IDS = 12  # what DescribeTopicPartitions answers: Metadata's newest view
+# A DescribeTopicPartitions body's key for the authorizer's ``name -> may Describe`` test,
+# applied to every topic before paging when none is named, so hidden topics take no room
+# in a page and never show in a cursor.
+DESCRIBABLE = "_describable"
 
 
 def _reachable(brokers, listener: str | None) -> list:
@@ -112,12 +116,15 @@ class AdminHandlers:
         unknown topic is UNKNOWN_TOPIC_OR_PARTITION. No eligible leader replicas: a
         ZooKeeper cluster elects from the ISR."""
         asked = [t["name"] for t in body["topics"]]
-        names = sorted(set(asked)) if asked else sorted(self.metadata.topics())
+        describable = body.get(DESCRIBABLE)  # set by the authorizer: who may see what
+        names = sorted(set(asked)) if asked else sorted(
+            name for name in self.metadata.topics() if describable is None or describable(name))
         cursor = body["cursor"]
-        if cursor is not None and asked and cursor["topic_name"] not in names:
+        if cursor is not None and ((asked and cursor["topic_name"] not in names)
+                                   or cursor["partition_index"] < 0):
             return {"throttle_time_ms": 0, "next_cursor": None, "topics": [
                 {"error_code": InvalidRequestError.errno, "name": name, "partitions": []}
-                for name in names]}
+                for name in sorted(set(asked))]}
         start = cursor["partition_index"] if cursor is not None else 0
         if cursor is not None:
             names = [name for name in names if name >= cursor["topic_name"]]

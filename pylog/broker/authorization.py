@@ -44,6 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from pylog.broker.admin import DESCRIBABLE
 from pylog.broker.config import BrokerConfig
 from pylog.cluster.metadata import ClusterMetadata, names_by_id
 from pylog.errors import (
@@ -264,7 +265,8 @@ class RequestAuthorization:
         return authorized_operations(access.cluster, ResourceType.CLUSTER)
 
     def _describe_topic_partitions(self, body: dict, version: int, access: Access) -> Verdict:
-        """Every topic: the others left out. Named topics: those refused answer
+        """Every topic: the handler pages over only those allowed, so a hidden one takes no
+        room and never shows in a cursor. Named topics: those refused answer
         TOPIC_AUTHORIZATION_FAILED in the page that reaches their place in name order (a
         cursor at a refused topic moves on to the next allowed one)."""
         def operations(topic: dict) -> dict:
@@ -273,15 +275,18 @@ class RequestAuthorization:
             return dict(topic, topic_authorized_operations=authorized_operations(
                 lambda op, name=topic["name"]: access.topic(op, name), ResourceType.TOPIC))
 
-        if not body["topics"]:
-            return Verdict(body, lambda response: dict(response, topics=[
-                operations(t) for t in response["topics"]
-                if t["name"] is None or access.topic(Op.DESCRIBE, t["name"])]))
+        def with_operations(response: dict) -> dict:
+            return dict(response, topics=[operations(t) for t in response["topics"]])
+
+        if not body["topics"]:  # the handler pages over only the topics this one may see
+            return Verdict(dict(body, **{DESCRIBABLE: lambda name: access.topic(Op.DESCRIBE, name)}),
+                           with_operations)
+        cursor = body["cursor"]
+        if cursor is not None and cursor["topic_name"] not in {t["name"] for t in body["topics"]}:
+            return Verdict(body)  # INVALID_REQUEST for every topic named, nothing described
         kept, refused = split_topics(body["topics"], lambda name: access.topic(Op.DESCRIBE, name))
         if not refused:
-            return Verdict(body, lambda response: dict(
-                response, topics=[operations(t) for t in response["topics"]]))
-        cursor = body["cursor"]
+            return Verdict(body, with_operations)
         start = None if cursor is None else cursor["topic_name"]
         refused_names = sorted({t["name"] for t in refused})
 

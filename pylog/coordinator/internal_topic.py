@@ -272,7 +272,7 @@ class AppendQueue:
         topics since deleted, writes its Complete state from inside its Prepare state's
         callback): the running pass looks at them too, and a drain called from inside it
         returns at once. Each append leaves the queue before its callback runs, so no
-        callback runs twice, and one that raises leaves nothing behind."""
+        callback runs twice; one that raises is logged and the pass goes on."""
         if self._draining or not self._waiting:
             return
         self._draining = True
@@ -287,7 +287,11 @@ class AppendQueue:
                     continue
                 del self._waiting[index]
                 self._to_wake.add(ticket.partition)
-                on_done(0 if outcome is None else self.error_code(outcome))
+                try:
+                    on_done(0 if outcome is None else self.error_code(outcome))
+                except Exception:  # noqa: BLE001 -- one write's bug must not stall the others
+                    log.exception("finishing a write to partition %d of %s failed",
+                                  ticket.partition, self.store.topic)
         finally:
             self._draining = False
 

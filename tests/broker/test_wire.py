@@ -167,6 +167,11 @@ def test_describe_topic_partitions_refuses_a_cursor_outside_the_topics_asked_for
     assert [(t["name"], t["error_code"]) for t in answer["topics"]] == [
         ("dtp-wire", INVALID_REQUEST)]
     assert answer["next_cursor"] is None
+    negative = wire.call(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, {
+        "topics": [{"name": "dtp-wire"}], "response_partition_limit": 10,
+        "cursor": {"topic_name": "dtp-wire", "partition_index": -1}})
+    assert [(t["name"], t["error_code"]) for t in negative["topics"]] == [
+        ("dtp-wire", INVALID_REQUEST)]
     # A cursor past a topic's last partition: the topic with none, then the next page.
     answer = wire.call(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, {
         "topics": [{"name": "dtp-wire"}], "response_partition_limit": 10,

@@ -214,6 +214,15 @@ def test_describe_topic_partitions_shows_only_what_the_principal_may_describe(br
     listed, _ = describe([])
     assert ("dtp-a", 0, 1) in listed and ("dtp-z", 0, 1) in listed
     assert "dtp-hidden" not in {name for name, _, _ in listed}
+    # Paging over every topic, a hidden one takes no room and never shows in a cursor,
+    # even from a cursor placed just before it.
+    seen, cursor = [], {"topic_name": "dtp-b", "partition_index": 0}
+    while cursor is not None:
+        page, cursor = describe([], cursor=cursor, limit=1)
+        seen += [name for name, _, _ in page]
+        assert cursor is None or cursor["topic_name"] != "dtp-hidden"
+        assert len(page) == 1
+    assert seen[0] == "dtp-z" and "dtp-hidden" not in seen
     named = ["dtp-z", "dtp-hidden", "dtp-a"]
     assert describe(named) == ([("dtp-a", 0, 1), ("dtp-hidden", TOPIC_AUTHORIZATION_FAILED, 0),
                                 ("dtp-z", 0, 1)], None)
