@@ -21,6 +21,7 @@ coordinator, exempt from sequence checks, with sequence 0.)
 
 from __future__ import annotations
 
+import collections
 import logging
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -275,24 +276,29 @@ class AppendQueue:
         callback runs twice; one that raises is logged and the pass goes on."""
         if self._draining or not self._waiting:
             return
+        now = self.clock()
         self._draining = True
+        waiting: list[tuple[AppendTicket, OnDone]] = []
+        pending = collections.deque(self._waiting)
+        self._waiting = []
         try:
-            now = self.clock()
-            index = 0
-            while index < len(self._waiting):
-                ticket, on_done = self._waiting[index]
+            while pending:
+                ticket, on_done = pending.popleft()
                 outcome = ticket.outcome(now)
                 if outcome is False:
-                    index += 1
+                    waiting.append((ticket, on_done))
                     continue
-                del self._waiting[index]
                 self._to_wake.add(ticket.partition)
                 try:
                     on_done(0 if outcome is None else self.error_code(outcome))
                 except Exception:  # noqa: BLE001 -- one write's bug must not stall the others
                     log.exception("finishing a write to partition %d of %s failed",
                                   ticket.partition, self.store.topic)
+                if self._waiting:  # what the callback added: this pass looks at it too
+                    pending.extend(self._waiting)
+                    self._waiting = []
         finally:
+            self._waiting = waiting + list(pending) + self._waiting
             self._draining = False
 
     def wake(self, partition: int) -> None:
