@@ -115,16 +115,16 @@ class AdminHandlers:
         for is INVALID_REQUEST for every topic. Topics are never created here, and an
         unknown topic is UNKNOWN_TOPIC_OR_PARTITION. No eligible leader replicas: a
         ZooKeeper cluster elects from the ISR."""
-        asked = [t["name"] for t in body["topics"]]
+        asked = sorted({t["name"] for t in body["topics"]})
         describable = body.get(DESCRIBABLE)  # set by the authorizer: who may see what
-        names = sorted(set(asked)) if asked else sorted(
+        names = asked or sorted(
             name for name in self.metadata.topics() if describable is None or describable(name))
         cursor = body["cursor"]
-        if cursor is not None and ((asked and cursor["topic_name"] not in names)
+        if cursor is not None and ((asked and cursor["topic_name"] not in asked)
                                    or cursor["partition_index"] < 0):
             return {"throttle_time_ms": 0, "next_cursor": None, "topics": [
                 {"error_code": InvalidRequestError.errno, "name": name, "partitions": []}
-                for name in sorted(set(asked))]}
+                for name in asked]}
         start = cursor["partition_index"] if cursor is not None else 0
         if cursor is not None:
             names = [name for name in names if name >= cursor["topic_name"]]
@@ -145,8 +145,6 @@ class AdminHandlers:
                                "partition_index": partitions[room]["partition_index"]}
                 partitions = partitions[:room]
             room -= len(partitions)
-            for partition in partitions:
-                partition.update(eligible_leader_replicas=[], last_known_elr=[])
             topics.append(dict(topic, partitions=partitions,
                                topic_authorized_operations=all_operations(ResourceType.TOPIC)
                                if topic["error_code"] == 0 else NOT_REQUESTED))

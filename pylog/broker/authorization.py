@@ -104,6 +104,16 @@ def split_topics(topics: list[dict], allowed: Callable[[str], bool], name_key: s
     return kept, refused
 
 
+def _with_topic_operations(response: dict, access: "Access") -> dict:
+    """``response`` with each described topic's authorized operations (KIP-430) those the
+    authorizer allows this principal (topics answered with an error are left as they are)."""
+    return dict(response, topics=[
+        dict(t, topic_authorized_operations=authorized_operations(
+            lambda op, name=t["name"]: access.topic(op, name), ResourceType.TOPIC))
+        if t["error_code"] == 0 and t["name"] else t
+        for t in response["topics"]])
+
+
 def _refused_topic(name: str) -> dict:
     return {"error_code": TOPIC_AUTHORIZATION_FAILED, "name": name, "is_internal": False,
             "partitions": []}
@@ -245,11 +255,7 @@ class RequestAuthorization:
             if earlier is not None:
                 response = earlier(response)
             if topic_ops:
-                response = dict(response, topics=[
-                    dict(t, topic_authorized_operations=authorized_operations(
-                        lambda op, name=t["name"]: access.topic(op, name), ResourceType.TOPIC))
-                    if t["error_code"] == 0 and t["name"] else t
-                    for t in response["topics"]])
+                response = _with_topic_operations(response, access)
             if cluster_ops:
                 response = dict(response,
                                 cluster_authorized_operations=self._cluster_operations(access))
@@ -269,14 +275,8 @@ class RequestAuthorization:
         room and never shows in a cursor. Named topics: those refused answer
         TOPIC_AUTHORIZATION_FAILED in the page that reaches their place in name order (a
         cursor at a refused topic moves on to the next allowed one)."""
-        def operations(topic: dict) -> dict:
-            if topic["error_code"] or not topic["name"]:
-                return topic
-            return dict(topic, topic_authorized_operations=authorized_operations(
-                lambda op, name=topic["name"]: access.topic(op, name), ResourceType.TOPIC))
-
         def with_operations(response: dict) -> dict:
-            return dict(response, topics=[operations(t) for t in response["topics"]])
+            return _with_topic_operations(response, access)
 
         if not body["topics"]:  # the handler pages over only the topics this one may see
             return Verdict(dict(body, **{DESCRIBABLE: lambda name: access.topic(Op.DESCRIBE, name)}),
@@ -304,9 +304,9 @@ class RequestAuthorization:
                                      "topics": errors(None)})
 
         def finish(response: dict) -> dict:
-            return dict(response, topics=sorted(
-                [operations(t) for t in response["topics"]] + errors(response["next_cursor"]),
-                key=lambda t: t["name"]))
+            response = _with_topic_operations(response, access)
+            return dict(response, topics=sorted(response["topics"] + errors(response["next_cursor"]),
+                                                key=lambda t: t["name"]))
 
         return Verdict(dict(body, topics=kept, cursor=cursor), finish)
 

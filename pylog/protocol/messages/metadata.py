@@ -129,8 +129,9 @@ DESCRIBE_TOPIC_PARTITIONS = Message(
                 F('leader_epoch', 'int32', default=-1),
                 F('replica_nodes', '[]int32'),
                 F('isr_nodes', '[]int32'),
-                F('eligible_leader_replicas', '[]int32', nullable='0+', default=None),
-                F('last_known_elr', '[]int32', nullable='0+', default=None),
+                # None without eligible leader replicas (KIP-966): empty, as Kafka answers
+                F('eligible_leader_replicas', '[]int32', nullable='0+', default=[]),
+                F('last_known_elr', '[]int32', nullable='0+', default=[]),
                 F('offline_replicas', '[]int32'),
             )),
             F('topic_authorized_operations', 'int32', default=-2147483648),
