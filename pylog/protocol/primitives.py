@@ -54,6 +54,7 @@ def parse_uuid_text(text: str) -> uuid.UUID:
         raise ValueError(f"not a 16-byte id: {text!r}")
     return uuid.UUID(bytes=raw)
 
+
 Reader = Callable[[Any, int], tuple[Any, int]]
 Writer = Callable[[bytearray, Any], None]
 
