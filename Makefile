@@ -6,14 +6,15 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
-DEBS := kcat zookeeper docker-compose openjdk-17-jre-headless chromium iproute2
+DEBS := kcat zookeeper docker-compose openjdk-17-jre-headless maven postgresql chromium iproute2
 STAMP := $(VENV)/.installed
+JAVA_STAMP := $(VENV)/.java-installed
 
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: demo test bench deps debs clean
+.PHONY: demo test bench deps debs java clean
 
 demo: deps
 	$(VENV)/bin/pylog demo
@@ -24,7 +25,14 @@ test: deps
 bench: deps
 	$(PY) benchmarks/run_all.py
 
-deps: debs $(STAMP)
+deps: debs $(STAMP) $(JAVA_STAMP)
+
+# The Java components the tests and the cluster demo run as real processes (HDFS's
+# daemons, Apache Kafka, ...), one pom each under pylog/testing/maven/, fetched from Maven
+# Central into ~/.m2 and cached; see pylog/testing/maven.py.
+$(JAVA_STAMP): $(STAMP) $(wildcard pylog/testing/maven/*/pom.xml)
+	$(PY) -m pylog.testing.maven fetch
+	touch $(JAVA_STAMP)
 
 # Installs the Debian packages only when one is missing, so a second run is quick.
 debs:
