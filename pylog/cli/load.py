@@ -86,6 +86,16 @@ def zip_package(directory: Path) -> Path:
     return target
 
 
+def check_storage(uri: str) -> None:
+    """Raise a one-line error unless ``uri``'s directory exists or can be made: an
+    unreachable NameNode, a path through a file, a refused permission. Nothing else is
+    written, so a refused load leaves no trace."""
+    from pylog.etl.fs import Storage
+
+    storage = Storage.from_uri(uri)
+    storage.makedirs(storage.root)
+
+
 def configured_master(args, env: dict[str, str]) -> str | None:
     """The master Spark would use without ``--master``: --conf, $MASTER, spark-defaults.conf."""
     for setting in args.conf:
@@ -142,6 +152,8 @@ def run(args) -> int:
     config = load_config(args.config)  # bad config or arguments fail here, before Spark starts
     request = request_from_args(args)
     config.select(list(request.topics) if request.topics else None)
+    for uri in (config.state, config.warehouse):  # and so does a storage that cannot take the load
+        check_storage(uri)
     spark_submit = find_spark_submit(args.spark_submit)
     with tempfile.TemporaryDirectory(prefix="pylog-load-") as scratch:
         directory = Path(scratch)

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -60,7 +59,7 @@ from pylog.etl import faults
 from pylog.etl.compact_swap import (CompactionJournal, CompactionJournals, PartitionCompaction, cleanup,
                                     data_names, drop_orphans, replay)
 from pylog.etl.config import LoaderConfig, TopicConfig
-from pylog.etl.fs import ArrowStorage, Storage
+from pylog.etl.fs import Storage
 from pylog.etl.job import TableLockHolder  # the loads' lock holder: heartbeats, check(), release
 from pylog.etl.layout import DAY_MS, HOUR_MS, partition_dirs, range_of_file, staging_root, table_root
 from pylog.etl.state import StateStore
@@ -336,16 +335,9 @@ def _first_key(footer: pq.FileMetaData) -> tuple:
 
 
 def _carry(warehouse: Storage, src: str, dst: str) -> None:
-    """Put a file that stays as it is into the staged directory (files are never rewritten
-    in place, so a hard link is a copy)."""
-    warehouse.makedirs(warehouse.parent(dst))
-    if isinstance(warehouse, ArrowStorage):
-        if warehouse.local:
-            os.link(src, dst)
-        else:
-            warehouse.fs.copy_file(src, dst)
-    else:
-        warehouse.write_atomic(dst, warehouse.read_bytes(src))
+    """Put a file that stays as it is into the staged directory (a hard link on a local
+    disk: files are never rewritten in place, so a link is a copy)."""
+    warehouse.copy(src, dst)
 
 
 def _partition_start_ms(parts: tuple[str, ...]) -> int | None:

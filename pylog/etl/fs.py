@@ -1,19 +1,25 @@
 """One filesystem interface for the loader: file://, hdfs:// and webhdfs:// URIs.
 
-``file://`` and ``hdfs://`` go through ``pyarrow.fs`` (LocalFileSystem, HadoopFileSystem);
-``webhdfs://host:port/path?user=NAME`` goes through the ``hdfs`` package's InsecureClient.
-Everything else in ``pylog.etl`` builds paths with :meth:`Storage.join` and never joins
-strings with ``/`` itself.
+``file://`` goes through ``pyarrow.fs.LocalFileSystem``; ``hdfs://namenode:8020/dir``
+through ``hdfs-native`` (a Rust client of the NameNode's RPC and the DataNodes' transfer
+protocol: no JVM, no ``libhdfs.so``); ``webhdfs://host:port/path?user=NAME`` through the
+``hdfs`` package's InsecureClient. Everything else in ``pylog.etl`` builds paths with
+:meth:`Storage.join` and never joins strings with ``/`` itself.
 
 Writes are atomic for readers: the bytes go to ``.<name>.<random>.tmp`` in the target
 directory, then a rename puts them in place. Readers skip names starting with ``.`` or
 ``_`` (Spark and Hive do too), so a crash leaves at most an ignored temporary file.
-On HDFS a rename does not replace an existing file, so :meth:`Storage.write_atomic`
-replaces by delete + rename there: readers may see the name missing for a moment (and
-for good after a crash between the two), never a partial file. State that must never
-go missing (committed offsets, the pending run, the table lock) is therefore never
-replaced: it is written as new files with :meth:`Storage.create_exclusive` (see
+Replacing a file is one atomic rename on a local disk and on ``hdfs://`` (the NameNode's
+``rename2`` with ``OVERWRITE``). WebHDFS has no such call, so :meth:`Storage.write_atomic`
+replaces by delete + rename there: readers may see the name missing for a moment (and for
+good after a crash between the two), never a partial file. State that must never go
+missing (committed offsets, the pending run, the table lock) is therefore never replaced
+on any storage: it is written as new files with :meth:`Storage.create_exclusive` (see
 :mod:`pylog.etl.state`).
+
+Directories are never replaced in one call on HDFS (a rename onto an existing directory
+is refused, and there is no ``RENAME_EXCHANGE``); the backfill and compaction swaps say
+what a reader sees meanwhile (:mod:`pylog.etl.swap`, :mod:`pylog.etl.compact_swap`).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
+import socket
 import tempfile
 import uuid
 from abc import ABC, abstractmethod
@@ -29,7 +36,11 @@ from urllib.parse import parse_qs, urlparse
 
 import pyarrow.fs as pafs
 
-from pylog.errors import ConfigError
+from pylog.errors import ConfigError, PylogError
+
+
+class StorageError(PylogError, OSError):
+    """The filesystem refused an operation (unreachable, permission, ...): one line saying why."""
 
 
 class Storage(ABC):
@@ -48,7 +59,9 @@ class Storage(ABC):
         parsed = urlparse(uri)
         if parsed.scheme == "webhdfs":
             return WebHdfsStorage(uri)
-        if parsed.scheme in ("file", "hdfs"):
+        if parsed.scheme == "hdfs":
+            return HdfsStorage(uri)
+        if parsed.scheme == "file":
             return ArrowStorage(uri)
         raise ConfigError(uri, f"scheme {parsed.scheme!r} is not one of file, hdfs, webhdfs")
 
@@ -116,6 +129,11 @@ class Storage(ABC):
     def read_text(self, path: str) -> str:
         return self.read_bytes(path).decode()
 
+    def copy(self, src: str, dst: str) -> None:
+        """Copy a file to ``dst`` (which must not exist), streaming it."""
+        self.makedirs(self.parent(dst))
+        self.write_atomic(dst, self.read_bytes(src))
+
     @abstractmethod
     def read_bytes(self, path: str) -> bytes:
         """Contents of a file; FileNotFoundError if missing."""
@@ -156,17 +174,20 @@ class Storage(ABC):
 
 
 class ArrowStorage(Storage):
-    """file:// and hdfs:// through pyarrow.fs.
+    """A ``pyarrow.fs`` filesystem: file:// (and hdfs:// through :class:`HdfsStorage`).
 
     ``atomic_replace`` says whether a rename may replace an existing file (local disks);
-    when False (HDFS, the default there) replacing deletes the target first.
+    when False replacing deletes the target first.
     """
 
-    def __init__(self, uri: str, atomic_replace: bool | None = None) -> None:
-        try:
-            fs, root = pafs.FileSystem.from_uri(uri)
-        except Exception as exc:  # pyarrow raises ArrowInvalid, OSError ... for bad URIs
-            raise ConfigError(uri, f"cannot open filesystem: {exc}") from None
+    def __init__(self, uri: str, atomic_replace: bool | None = None,
+                 filesystem: tuple[pafs.FileSystem, str] | None = None) -> None:
+        if filesystem is None:
+            try:
+                filesystem = pafs.FileSystem.from_uri(uri)
+            except Exception as exc:  # pyarrow raises ArrowInvalid, OSError ... for bad URIs
+                raise ConfigError(uri, f"cannot open filesystem: {exc}") from None
+        fs, root = filesystem
         super().__init__(uri, root.rstrip("/") or "/")
         self.fs = fs
         self.local = isinstance(fs, pafs.LocalFileSystem)
@@ -205,6 +226,15 @@ class ArrowStorage(Storage):
     def size(self, path: str) -> int:
         return self.fs.get_file_info(path).size
 
+    def copy(self, src: str, dst: str) -> None:
+        self.makedirs(self.parent(dst))
+        if self.local:
+            os.link(src, dst)  # files are never rewritten in place, so a link is a copy
+            return
+        with self.open_atomic(dst) as out, self.fs.open_input_stream(src) as source:
+            while chunk := source.read(1 << 22):
+                out.write(chunk)
+
     def _write(self, path: str, data: bytes) -> None:
         with self.fs.open_output_stream(path) as stream:
             stream.write(data)
@@ -234,6 +264,144 @@ class ArrowStorage(Storage):
             return True
         except OSError:
             return False
+
+
+class HdfsStorage(ArrowStorage):
+    """hdfs://namenode:port/path through hdfs-native.
+
+    Its fsspec filesystem, wrapped as a ``pyarrow.fs.PyFileSystem``, serves reads, listings
+    and Parquet streams (so queries and footers read only what they need); renames go to
+    the client itself: ``_replace`` is one ``rename2`` with ``OVERWRITE`` (atomic: readers
+    see the old file or the new one), ``_rename_no_replace`` one ``rename2`` without it
+    (the NameNode refuses an existing target, so no exists-then-rename race).
+
+    A NameNode that does not accept connections is reported at once (hdfs-native itself
+    would retry for as long as the process lives); a name service of an HA pair
+    (``hdfs://nameservice/...``) is resolved from ``$HADOOP_CONF_DIR`` by hdfs-native.
+    The user is ``$HADOOP_USER_NAME``, else the login user, as with Hadoop's own client.
+    """
+
+    CONNECT_TIMEOUT_S = 10.0
+
+    def __init__(self, uri: str) -> None:
+        from hdfs_native import Client
+        from hdfs_native.fsspec import HdfsFileSystem
+
+        parsed = urlparse(uri)
+        if not parsed.hostname:
+            raise ConfigError(uri, "an hdfs:// URI names its NameNode: hdfs://host:8020/path")
+        if parsed.port is not None:
+            _check_reachable(uri, parsed.hostname, parsed.port, self.CONNECT_TIMEOUT_S)
+        self.client = Client(f"hdfs://{parsed.netloc}")
+        fsspec_fs = HdfsFileSystem(host=parsed.hostname, port=parsed.port)
+        fs = pafs.PyFileSystem(pafs.FSSpecHandler(fsspec_fs))
+        super().__init__(uri, atomic_replace=True, filesystem=(fs, parsed.path or "/"))
+        self.local = False
+
+    def read_bytes(self, path: str) -> bytes:
+        with _hdfs_errors(path):
+            with self.client.read(path) as reader:
+                return reader.read()
+
+    def exists(self, path: str) -> bool:
+        with _hdfs_errors(path):
+            try:
+                self.client.get_file_info(path)
+                return True
+            except FileNotFoundError:
+                return False
+
+    def list_dir(self, path: str) -> list[str]:
+        with _hdfs_errors(path):
+            try:
+                status = self.client.get_file_info(path)
+            except FileNotFoundError:
+                return []
+            if not status.isdir:
+                return []
+            return sorted(posixpath.basename(s.path) for s in self.client.list_status(path, False))
+
+    def makedirs(self, path: str) -> None:
+        with _hdfs_errors(path):
+            self.client.mkdirs(path, 0o755, True)
+
+    def delete(self, path: str) -> None:
+        with _hdfs_errors(path):
+            self.client.delete(path, True)
+
+    def move(self, src: str, dst: str) -> None:
+        self.makedirs(self.parent(dst))
+        with _hdfs_errors(src):
+            self.client.rename(src, dst, False)
+
+    def size(self, path: str) -> int:
+        with _hdfs_errors(path):
+            return self.client.get_file_info(path).length
+
+    def _write(self, path: str, data: bytes) -> None:
+        with _hdfs_errors(path):
+            with self.client.create(path) as writer:
+                writer.write(data)
+
+    def _open_output(self, path: str):
+        return _guarded_output(self.fs, path)
+
+    def _replace(self, src: str, dst: str) -> None:
+        with _hdfs_errors(dst):
+            self.client.rename(src, dst, True)
+
+    def _rename_no_replace(self, src: str, dst: str) -> bool:
+        try:
+            self.client.rename(src, dst, False)
+            return True
+        except FileExistsError:
+            return False
+
+
+def _check_reachable(uri: str, host: str, port: int, timeout: float) -> None:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return
+    except OSError as exc:
+        raise StorageError(f"{uri}: cannot reach the NameNode at {host}:{port} "
+                           f"({exc.strerror or exc})") from None
+
+
+@contextlib.contextmanager
+def _guarded_output(fs: pafs.FileSystem, path: str):
+    with _hdfs_errors(path):
+        with fs.open_output_stream(path) as stream:
+            yield stream
+
+
+@contextlib.contextmanager
+def _hdfs_errors(path: str):
+    """hdfs-native's errors as one line: the NameNode's exception without its Java stack."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise FileNotFoundError(f"HDFS {path}: no such file or directory") from None
+    except FileExistsError:
+        raise FileExistsError(f"HDFS {path}: already exists") from None
+    except StorageError:
+        raise
+    except (RuntimeError, OSError) as exc:
+        raise _one_line_error(path, str(exc)) from None
+
+
+def _one_line_error(path: str, text: str) -> StorageError:
+    # hdfs-native renders a remote failure as RPCError("<java class>", "<message>\n\tat ...")
+    # with the newlines escaped; keep the class's short name and the message's first line.
+    kind, _, message = text.partition('", "')
+    if kind.startswith('RPCError("') and message:
+        text = f"{kind.rsplit('.', 1)[-1]}: {message}"
+    first = text.split("\\n")[0].splitlines()[0].replace('\\"', '"').strip()
+    error_class = _HdfsPermissionError if "AccessControlException" in text else StorageError
+    return error_class(f"HDFS {path}: {first}")
+
+
+class _HdfsPermissionError(StorageError, PermissionError):
+    pass
 
 
 class WebHdfsStorage(Storage):

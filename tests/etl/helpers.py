@@ -60,12 +60,16 @@ def events(start: int, count: int, ts: str = "2026-11-20T07:15:00Z") -> list[byt
     return [json.dumps({"user": f"u{i % 7}", "n": i, "ts": ts}).encode() for i in range(start, start + count)]
 
 
-def write_config(tmp_path: Path, bootstrap: str, topic: str = "ev", **overrides) -> LoaderConfig:
+def write_config(tmp_path: Path, bootstrap: str, topic: str = "ev", warehouse: str | None = None,
+                 state: str | None = None, **overrides) -> LoaderConfig:
+    """A loader config for one topic; the warehouse and state are under ``tmp_path`` unless
+    given as URIs (``hdfs://...``)."""
     spec = {"table": topic, "format": "json", "schema": SCHEMA, "event_time": "log_timestamp",
             "max_bad_records": 0, "max_bad_ratio": 0.0}
     spec.update(overrides)
     raw = {"source": {"bootstrap_servers": bootstrap, "request_timeout_ms": 10000},
-           "warehouse": (tmp_path / "warehouse").as_uri(), "state": (tmp_path / "state").as_uri(),
+           "warehouse": warehouse or (tmp_path / "warehouse").as_uri(),
+           "state": state or (tmp_path / "state").as_uri(),
            "lock_timeout_seconds": 600, "topics": {topic: spec}}
     path = tmp_path / "loader.yaml"
     path.write_text(yaml.safe_dump(raw))
