@@ -243,3 +243,65 @@ def test_loader_reads_over_sasl_ssl_with_scram(spark, kafka, tmp_path):
     committed = StateStore(config.state).committed_offsets("secured")
     assert committed == {0: 35, 1: 35}
     assert group_offsets(kafka.bootstrap, "pylog-loader.secured", "secured", 2) == committed
+
+
+class KillAfterFirstTask(threading.Thread):
+    """SIGKILLs the node leading ``partition`` once the run's first range is done."""
+
+    def __init__(self, cluster, config, table: str, run_id: str, partition: int) -> None:
+        super().__init__(daemon=True)
+        self.cluster, self.state = cluster, StateStore(config.state)
+        self.table, self.run_id, self.partition = table, run_id, partition
+        self.victim: int | None = None
+        self.done_at_kill: int | None = None
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        from pylog.client import SimpleConsumer
+
+        with SimpleConsumer(self.cluster.bootstrap) as consumer:
+            leader = consumer.leader_for(self.table, self.partition).broker_id
+        while not self.stopped.is_set():
+            done = self.state.count_markers(self.table, self.run_id)
+            if done >= 1:
+                self.cluster.kill(leader)
+                self.victim, self.done_at_kill = leader, done
+                return
+            time.sleep(0.02)
+
+
+def test_broker_killed_mid_load_then_rerun_is_exactly_once(spark, kafka3, tmp_path):
+    """Three nodes, replication factor 3: the leader of a partition is SIGKILLed while the
+    load's tasks fetch. The run either rides the leader change or fails as a whole and is
+    finished by the next run; records produced while the node is down (acks=all, two
+    in-sync replicas) and after it is back are loaded too, each exactly once."""
+    create_topic(kafka3.bootstrap, "crash", partitions=3, replicas=3)
+    produce(kafka3.bootstrap, "crash", events(0, 450), partitions=3)
+    config = write_config(tmp_path, kafka3.bootstrap, topic="crash", max_records_per_task=15)
+    killer = KillAfterFirstTask(kafka3, config, "crash", "c1", partition=0)
+    killer.start()
+    try:
+        first = run_load(config, spark, LoadRequest(run_id="c1"))
+        outcome = f"committed {first[0].rows_written} rows"
+    except LoaderError as exc:
+        outcome = f"failed: {exc}"
+    finally:
+        killer.stopped.set()
+        killer.join()
+    plan = StateStore(config.state).read_plan("crash", "c1")
+    assert killer.victim is not None, f"the run ended before a node was killed ({outcome})"
+    assert killer.done_at_kill < len(plan.ranges), "every range was done before the kill"
+    print(f"node {killer.victim} killed after {killer.done_at_kill} of {len(plan.ranges)} "
+          f"ranges; the run {outcome}")
+
+    kafka3.wait_for_brokers(30)  # the dead node is fenced: its partitions have new leaders
+    produce(kafka3.bootstrap, "crash", events(450, 90), partitions=3)
+    kafka3.start(killer.victim)
+    produce(kafka3.bootstrap, "crash", events(540, 30), partitions=3)
+
+    audits = run_load(config, spark, LoadRequest(run_id="c2"))
+    assert audits[-1].run_id == "c2"
+    held = kafka_keys(kafka3.bootstrap, "crash")
+    assert len(held) == 570
+    assert_exactly_once(spark, tmp_path / "warehouse", "crash", held)
+    assert sum(StateStore(config.state).committed_offsets("crash").values()) == 570
