@@ -1,7 +1,7 @@
 """Loader throughput: JSON events from a pylog broker into a Parquet table, end to end.
 
     python benchmarks/loader_bench.py [--records 2000000] [--partitions 4] [--master local[2]]
-                                      [--decoder vectorised|reference]
+                                      [--decoder vectorised|reference] [--hdfs] [--spark-kafka]
 
 One run, all in this process tree:
 
@@ -13,6 +13,11 @@ One run, all in this process tree:
   network, no record batches: the most the decode+write part can do.
 * **naive** -- a kafka-python consumer reading every partition, ``json.loads`` per record,
   then ``pyarrow.Table.from_pylist`` and a Parquet write.
+* **loader-hdfs** (``--hdfs``) -- the same load with its table and state on a real HDFS
+  (a NameNode and a DataNode started here, ``pylog.testing.hdfs``), as a second run id.
+* **spark-kafka** (``--spark-kafka``) -- Spark's own Kafka batch source on the same topic,
+  master and cores: ``spark.read.format("kafka")``, ``from_json`` with the same schema,
+  the same metadata columns, a zstd Parquet write.
 
 Prints records/s and MB/s (payload bytes) for each, and the loader's ratio to both
 (goals: at least 0.8 of the bound, at least 10x the naive loader).
@@ -70,30 +75,66 @@ def produce(bootstrap: str, topic: str, values: list[bytes], partitions: int) ->
     assert producer.flush(300) == 0
 
 
-def run_loader(bootstrap: str, topic: str, master: str, work: Path, per_task: int) -> float:
+def spark_session(master: str, spark_kafka: bool):
     from pyspark.sql import SparkSession
 
+    builder = (SparkSession.builder.master(master).appName("loader-bench")
+               .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1"))
+    if spark_kafka:
+        from pylog.testing.maven import classpath
+
+        # Spark and Hadoop come with pyspark; the source adds itself and Kafka's client.
+        wanted = ("spark-sql-kafka", "spark-token-provider-kafka", "kafka-clients", "commons-pool2")
+        jars = [jar for jar in classpath("spark-kafka").split(":") if Path(jar).name.startswith(wanted)]
+        builder = builder.config("spark.jars", ",".join(jars))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.sparkContext.parallelize([0, 1], 2).count()  # start the Python workers first
+    return spark
+
+
+def run_loader(spark, bootstrap: str, topic: str, warehouse: str, state: str, per_task: int,
+               label: str = "loader") -> float:
     from pylog.etl.config import parse_config
     from pylog.etl.job import LoadRequest, run_load
 
     config = parse_config({
         "source": {"bootstrap_servers": bootstrap, "fetch_max_bytes": 16 << 20},
-        "warehouse": (work / "warehouse").as_uri(), "state": (work / "state").as_uri(),
+        "warehouse": warehouse, "state": state,
         "topics": {topic: {"format": "json", "schema": SCHEMA, "event_time": "field:ts",
                            "max_records_per_task": per_task}}})
-    spark = (SparkSession.builder.master(master).appName("loader-bench")
-             .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.sparkContext.parallelize([0, 1], 2).count()  # start the Python workers first
     started = time.perf_counter()
     audits = run_load(config, spark, LoadRequest(run_id="bench"))
     elapsed = time.perf_counter() - started
-    spark.stop()
     audit = audits[0]
     assert audit.rows_written == audit.records_fetched, audit
-    print(f"loader: {len(audit.ranges)} tasks, {audit.task_seconds:.1f} task-seconds on {master}, "
-          f"{audit.bytes_written / 1e6:.0f} MB of Parquet", flush=True)
+    print(f"{label}: {len(audit.ranges)} tasks, {audit.task_seconds:.1f} task-seconds, "
+          f"{audit.bytes_written / 1e6:.0f} MB of Parquet to {warehouse.split(':')[0]}://", flush=True)
+    return elapsed
+
+
+def run_spark_kafka(spark, bootstrap: str, topic: str, total: int, work: Path) -> float:
+    """Spark's own Kafka source, JSON parsed by from_json, written as zstd Parquet."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    spark_types = {"int64": T.LongType(), "int32": T.IntegerType(), "string": T.StringType(),
+                   "timestamp": T.TimestampType()}
+    schema = T.StructType([T.StructField(name, spark_types[kind]) for name, kind in SCHEMA.items()])
+    started = time.perf_counter()
+    frame = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+             .option("subscribe", topic).option("startingOffsets", "earliest")
+             .option("endingOffsets", "latest").load())
+    rows = frame.select(F.from_json(F.col("value").cast("string"), schema).alias("v"),
+                        F.col("topic").alias("_topic"), F.col("partition").alias("_partition"),
+                        F.col("offset").alias("_offset"), F.col("timestamp").alias("_timestamp"),
+                        F.col("key").alias("_key")).select("v.*", "_topic", "_partition", "_offset",
+                                                           "_timestamp", "_key")
+    target = work / "spark-kafka"
+    rows.write.option("compression", "zstd").parquet(str(target))
+    elapsed = time.perf_counter() - started
+    written = spark.read.parquet(str(target)).count()
+    assert written == total, (written, total)
     return elapsed
 
 
@@ -140,6 +181,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--per-task", type=int, default=125_000, help="max_records_per_task")
     parser.add_argument("--decoder", choices=["vectorised", "reference"], default="vectorised",
                         help="records decoder of the loader's tasks")
+    parser.add_argument("--hdfs", action="store_true", help="also load into a real HDFS (loader-hdfs)")
+    parser.add_argument("--spark-kafka", action="store_true", help="also run Spark's own Kafka source")
     args, _ = parser.parse_known_args(argv)
     os.environ["PYLOG_RECORDS_DECODER"] = args.decoder  # inherited by the Spark workers
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -158,14 +201,31 @@ def main(argv: list[str]) -> int:
             started = time.perf_counter()
             produce(broker.bootstrap, "events", values, args.partitions)
             print(f"produced in {time.perf_counter() - started:.1f}s", flush=True)
-            results = {"loader": run_loader(broker.bootstrap, "events", args.master, work, args.per_task),
-                       "bound": run_bound(values, work),
-                       "naive": run_naive(broker.bootstrap, "events", args.partitions, args.records, work)}
+            spark = spark_session(args.master, args.spark_kafka)
+            results = {"loader": run_loader(spark, broker.bootstrap, "events", (work / "warehouse").as_uri(),
+                                            (work / "state").as_uri(), args.per_task)}
+            if args.hdfs:
+                from pylog.testing.hdfs import running_hdfs
+
+                with running_hdfs(work) as hdfs:
+                    results["loader-hdfs"] = run_loader(
+                        spark, broker.bootstrap, "events", hdfs.uri("/bench/warehouse"),
+                        hdfs.uri("/bench/state"), args.per_task, label="loader-hdfs")
+            if args.spark_kafka:
+                results["spark-kafka"] = run_spark_kafka(spark, broker.bootstrap, "events", args.records, work)
+            spark.stop()
+            results["bound"] = run_bound(values, work)
+            results["naive"] = run_naive(broker.bootstrap, "events", args.partitions, args.records, work)
     for name, seconds in results.items():
         print(f"{name:7s} {seconds:8.2f}s  {args.records / seconds:12,.0f} records/s  "
               f"{megabytes / seconds:8.1f} MB/s")
     print(f"loader / bound: {results['bound'] / results['loader']:.2f} of the bound's speed (goal >= 0.8)")
     print(f"loader / naive: {results['naive'] / results['loader']:.2f}x the naive baseline (goal >= 10)")
+    if "loader-hdfs" in results:
+        print(f"loader on hdfs:// / on file://: {results['loader'] / results['loader-hdfs']:.2f} of the speed")
+    if "spark-kafka" in results:
+        print(f"loader / Spark's Kafka source: {results['spark-kafka'] / results['loader']:.2f}x its speed "
+              "(goal > 1)")
     return 0
 
 
