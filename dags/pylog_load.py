@@ -13,7 +13,6 @@ through its environment only (pylog.orchestration.connections).
 
 from __future__ import annotations
 
-from datetime import timedelta
 from pathlib import Path
 
 import pendulum
@@ -32,7 +31,7 @@ TABLE_ASSETS = [Asset(name=f"pylog.{table}", uri=uri)
 
 @dag(dag_id="pylog_load", schedule=SETTINGS.schedule, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
      catchup=False, max_active_runs=1, tags=["pylog"], doc_md=__doc__,
-     default_args={"retries": 1, "retry_delay": timedelta(minutes=1)})
+     default_args={"retries": 1, "retry_delay": SETTINGS.retry_delay})
 def pylog_load():
     @task
     def plan_loads(run_id=None) -> list[list[str]]:

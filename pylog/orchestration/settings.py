@@ -11,6 +11,8 @@ environment / Variable  meaning                             default
 PYLOG_LOADER_CONFIG     the loader's loader.yaml            <checkout>/conf/loader.yaml
 PYLOG_JOBS_DIR          directory holding load_log.py       <checkout>/jobs
 PYLOG_LOAD_SCHEDULE     pylog_load's schedule (parse time)  @hourly; ``none`` for manual
+                                                            or an interval: 30s, 5m, 2h
+PYLOG_RETRY_DELAY       wait before a failed task's retry   1m (s, m, h, d)
 PYLOG_MAX_LAG           the audit's bound on partition lag  100000 (offsets)
 PYLOG_SPARK_CONN_ID     Airflow connection for spark-submit spark_default
 PYLOG_METASTORE_DIR     embedded Hive metastore directory   $AIRFLOW_HOME/pylog-metastore
@@ -27,14 +29,20 @@ ignores ``spark.task.maxFailures``; ``local[N,F]`` gives a task F attempts).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Mapping
 
 from pylog.errors import ConfigError
+from pylog.etl.config import parse_duration_seconds
 
 DEFAULT_SCHEDULE = "@hourly"
 DEFAULT_MAX_LAG = 100_000
+DEFAULT_RETRY_DELAY = "1m"
+# A fixed interval rather than cron: a duration, which no cron expression or preset looks like.
+_INTERVAL = re.compile(r"\d+(\.\d+)?[smhd]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +51,10 @@ class DagSettings:
     """Path of the loader's configuration file."""
     jobs_dir: str
     """Directory of the spark-submit entry points (load_log.py)."""
-    schedule: str | None = DEFAULT_SCHEDULE
-    """pylog_load's schedule; None: triggered manually only."""
+    schedule: str | timedelta | None = DEFAULT_SCHEDULE
+    """pylog_load's schedule: cron or preset, a fixed interval, or None (triggered manually only)."""
+    retry_delay: timedelta = timedelta(minutes=1)
+    """How long Airflow waits before retrying a failed task of pylog_load."""
     max_lag: int = DEFAULT_MAX_LAG
     """The audit fails when a partition lags the log by more offsets than this."""
     spark_conn_id: str = "spark_default"
@@ -76,11 +86,12 @@ def from_environment(checkout: str | os.PathLike, environ: Mapping[str, str] | N
     env = os.environ if environ is None else environ
     root = Path(checkout)
     airflow_home = env.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
-    schedule = env.get("PYLOG_LOAD_SCHEDULE", DEFAULT_SCHEDULE).strip()
     return DagSettings(
         loader_config=env.get("PYLOG_LOADER_CONFIG") or str(root / "conf" / "loader.yaml"),
         jobs_dir=env.get("PYLOG_JOBS_DIR") or str(root / "jobs"),
-        schedule=None if schedule.lower() in ("", "none", "null") else schedule,
+        schedule=parse_schedule(env.get("PYLOG_LOAD_SCHEDULE", DEFAULT_SCHEDULE)),
+        retry_delay=timedelta(seconds=parse_duration_seconds(env.get("PYLOG_RETRY_DELAY", DEFAULT_RETRY_DELAY),
+                                                             "PYLOG_RETRY_DELAY")),
         max_lag=parse_max_lag(env.get("PYLOG_MAX_LAG", str(DEFAULT_MAX_LAG)), "PYLOG_MAX_LAG"),
         spark_conn_id=env.get("PYLOG_SPARK_CONN_ID") or "spark_default",
         metastore_dir=env.get("PYLOG_METASTORE_DIR") or os.path.join(airflow_home, "pylog-metastore"),
@@ -92,6 +103,16 @@ def from_environment(checkout: str | os.PathLike, environ: Mapping[str, str] | N
 def _shipped_spark_conf(root: Path) -> str | None:
     conf = root / "conf"
     return str(conf) if (conf / "spark-defaults.conf").exists() else None
+
+
+def parse_schedule(value: str) -> str | timedelta | None:
+    """``none`` -> None, ``30s``/``5m``/``2h``/``1d`` -> a fixed interval, else cron or a preset."""
+    text = value.strip()
+    if text.lower() in ("", "none", "null"):
+        return None
+    if _INTERVAL.fullmatch(text.lower()):
+        return timedelta(seconds=parse_duration_seconds(text, "PYLOG_LOAD_SCHEDULE"))
+    return text
 
 
 def parse_max_lag(value, key: str) -> int:
@@ -115,6 +136,7 @@ def at_runtime(settings: DagSettings) -> DagSettings:
         loader_config=variable("loader_config", settings.loader_config),
         jobs_dir=settings.jobs_dir,
         schedule=settings.schedule,
+        retry_delay=settings.retry_delay,
         max_lag=parse_max_lag(variable("max_lag", str(settings.max_lag)), "pylog_max_lag"),
         spark_conn_id=settings.spark_conn_id,
         metastore_dir=variable("metastore_dir", settings.metastore_dir),
