@@ -1,7 +1,7 @@
 """The loader against real Apache Kafka 4.4 (KRaft), not a pylog broker nor a mock.
 
-One single-node cluster (with a SASL_SSL SCRAM listener besides PLAINTEXT) serves the
-scheduled-load, transaction and security tests; a three-node cluster (replication factor
+One single-node cluster (a SASL_SSL SCRAM listener besides PLAINTEXT, the StandardAuthorizer
+on) serves the scheduled-load, transaction and security tests; a three-node cluster (replication factor
 3, ``min.insync.replicas`` 2) serves the broker crash. Both are children of the test
 process (:mod:`pylog.testing.apache_kafka`), the jars from Maven Central.
 
@@ -22,6 +22,7 @@ import confluent_kafka.admin
 import pytest
 import yaml
 
+from pylog.client import SimpleConsumer
 from pylog.errors import SaslAuthenticationFailedError
 from pylog.etl.config import load_config
 from pylog.etl.errors import LoaderError
@@ -257,8 +258,6 @@ class KillAfterFirstTask(threading.Thread):
         self.stopped = threading.Event()
 
     def run(self) -> None:
-        from pylog.client import SimpleConsumer
-
         with SimpleConsumer(self.cluster.bootstrap) as consumer:
             leader = consumer.leader_for(self.table, self.partition).broker_id
         while not self.stopped.is_set():
