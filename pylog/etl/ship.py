@@ -185,8 +185,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pylog ship: error: {exc}", file=sys.stderr)
         return 1
     if args.output:
-        shutil.copyfile(archive, args.output)
-        archive = Path(args.output)
+        output = Path(args.output)
+        partial = output.with_name(output.name + ".partial")
+        shutil.copyfile(archive, partial)
+        os.replace(partial, output)
+        archive = output
     print(archive)
     return 0
 

@@ -11,12 +11,15 @@ the middle of its fetch and SIGKILL that worker's whole process group.
 from __future__ import annotations
 
 import collections
+import os
+import signal
 import socket
 import struct
 import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -28,10 +31,11 @@ from pylog.testing.broker import BrokerProcess
 from pylog.testing.process import free_port
 from pylog.testing.sockets import close_sockets, read_exactly
 from pylog.testing.spark_cluster import spark_cluster_fixture, spark_submit_path
-from tests.etl.helpers import assert_exactly_once, broker_records, events, produce, write_config
+from tests.etl.helpers import broker_records, duckdb_keys, events, produce, write_config
 
 REPO = Path(__file__).resolve().parents[2]
 SUBMIT_TIMEOUT = 240
+JVM_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 
 spark_cluster = spark_cluster_fixture()
 
@@ -124,8 +128,10 @@ def source(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def executor_env():
-    """The packed executor virtualenv (built on first use, then from ~/.cache/pylog)."""
-    return executor_environment(log=print)
+    """The packed executor virtualenv, from ~/.cache/pylog or built (10-30 s) in a thread
+    while the cluster and the broker start: a future, ``.result()`` is the archive."""
+    with ThreadPoolExecutor(1, thread_name_prefix="executor-env") as pool:
+        yield pool.submit(executor_environment, log=print)
 
 
 def submit(cluster, archive: Path, config_path: str, run_id: str, out_dir: Path) -> subprocess.Popen:
@@ -138,6 +144,9 @@ def submit(cluster, archive: Path, config_path: str, run_id: str, out_dir: Path)
             "--archives", f"{archive}#environment",
             "--executor-memory", "512m", "--driver-memory", "512m",
             "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.host=127.0.0.1",
+            # Short-lived JVMs on 2 cores: start fast rather than run fast.
+            "--conf", f"spark.driver.extraJavaOptions={JVM_OPTIONS}",
+            "--conf", f"spark.executor.extraJavaOptions={JVM_OPTIONS}",
             str(REPO / "jobs" / "load_log.py"), "--config", config_path, "--run-id", run_id]
     out = open(out_dir / f"submit-{run_id}.out", "w")
     err = open(out_dir / f"submit-{run_id}.err", "w")
@@ -154,9 +163,6 @@ def finish(process: subprocess.Popen, cluster, out_dir: Path, run_id: str) -> tu
     try:
         status = process.wait(SUBMIT_TIMEOUT)
     except subprocess.TimeoutExpired:
-        import os
-        import signal
-
         os.killpg(process.pid, signal.SIGKILL)
         status = process.wait()
     stdout = (out_dir / f"submit-{run_id}.out").read_text()
@@ -166,28 +172,37 @@ def finish(process: subprocess.Popen, cluster, out_dir: Path, run_id: str) -> tu
     return status, stdout
 
 
+def assert_exactly_once(warehouse: Path, table: str, held: dict) -> None:
+    """Every record the broker holds is one row of the table, as DuckDB reads it (no local
+    SparkSession here: one more JVM on two cores slows the cluster down)."""
+    keys = duckdb_keys(warehouse, table)
+    duplicates = [k for k, n in collections.Counter(keys).items() if n > 1]
+    assert not duplicates, f"duplicated rows: {duplicates[:5]}"
+    assert set(keys) == set(held), (f"missing {sorted(set(held) - set(keys))[:5]}, "
+                                    f"extra {sorted(set(keys) - set(held))[:5]}")
+
+
 def total_line(stdout: str, table: str) -> list[str]:
     return [line.split() for line in stdout.splitlines() if line.startswith(f"{table} ")][-1]
 
 
-def test_submitted_load_is_exactly_once(spark, spark_cluster, source, executor_env, tmp_path):
+def test_submitted_load_is_exactly_once(executor_env, spark_cluster, source, tmp_path):
     bootstrap, _ = source
     config = write_config(tmp_path, bootstrap, topic="ev", max_records_per_task=50)
     produce(bootstrap, "ev", events(0, 400), partitions=4)
     held = broker_records(bootstrap, "ev")
 
-    status, stdout = finish(submit(spark_cluster, executor_env, config.path, "cluster-1", tmp_path),
+    status, stdout = finish(submit(spark_cluster, executor_env.result(), config.path, "cluster-1", tmp_path),
                             spark_cluster, tmp_path, "cluster-1")
     assert status == 0
     assert total_line(stdout, "ev")[:2] == ["ev", "total"] and total_line(stdout, "ev")[-3:] == ["400", "400", "0"]
     # Each worker's executor unpacked the archive in its working directory.
     unpacked = list(spark_cluster.work_dir.glob("worker-*/app-*/*/environment/bin/python"))
     assert len({path.parts[-6] for path in unpacked}) == 2, unpacked
-    assert_exactly_once(spark, tmp_path / "warehouse", "ev", held)
+    assert_exactly_once(tmp_path / "warehouse", "ev", held)
 
 
-def test_worker_killed_mid_task_then_retried_on_the_other(spark, spark_cluster, source, executor_env,
-                                                          tmp_path):
+def test_worker_killed_mid_task_then_retried_on_the_other(executor_env, spark_cluster, source, tmp_path):
     bootstrap, proxy = source
     config = write_config(tmp_path, bootstrap, topic="kill", max_records_per_task=25)
     produce(bootstrap, "kill", events(0, 400), partitions=4)
@@ -196,7 +211,7 @@ def test_worker_killed_mid_task_then_retried_on_the_other(spark, spark_cluster, 
     victim = 1
     proxy.delay_s = 0.6  # every task holds one Fetch at least this long
     try:
-        process = submit(spark_cluster, executor_env, config.path, "kill-1", tmp_path)
+        process = submit(spark_cluster, executor_env.result(), config.path, "kill-1", tmp_path)
         deadline = time.monotonic() + 150
         while not (proxy.fetching_ports() & spark_cluster.local_ports(victim)):
             assert process.poll() is None, (tmp_path / "submit-kill-1.err").read_text()[-3000:]
@@ -207,7 +222,7 @@ def test_worker_killed_mid_task_then_retried_on_the_other(spark, spark_cluster, 
         proxy.delay_s = 0.0
         status, stdout = finish(process, spark_cluster, tmp_path, "kill-1")
         if status != 0:  # the job may fail as a whole; a rerun of the run id finishes it
-            status, stdout = finish(submit(spark_cluster, executor_env, config.path, "kill-1", tmp_path),
+            status, stdout = finish(submit(spark_cluster, executor_env.result(), config.path, "kill-1", tmp_path),
                                     spark_cluster, tmp_path, "kill-1")
         assert status == 0
     finally:
@@ -221,4 +236,4 @@ def test_worker_killed_mid_task_then_retried_on_the_other(spark, spark_cluster, 
     # The task the kill interrupted ran again, as a later attempt on the surviving worker.
     assert any(m.attempt >= 1 for m in markers), [m.attempt for m in markers]
     assert total_line(stdout, "kill")[-3:] == ["400", "400", "0"]
-    assert_exactly_once(spark, tmp_path / "warehouse", "kill", held)
+    assert_exactly_once(tmp_path / "warehouse", "kill", held)
