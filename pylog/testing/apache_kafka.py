@@ -290,9 +290,11 @@ class ApacheKafkaCluster:
         raise RuntimeError(f"Kafka brokers {sorted(expected)} not all registered after "
                            f"{timeout:.0f}s (last error: {last_error}){tails}")
 
-    def kill(self, node_id: int) -> None:
-        """SIGKILL one node: no controlled shutdown, as in a crash."""
-        self.processes[node_id].kill()
+    def kill(self, node_id: int | None = None) -> None:
+        """SIGKILL one node (or all): no controlled shutdown, as in a crash."""
+        ids = [node_id] if node_id is not None else list(self.processes)
+        for i in ids:
+            self.processes[i].kill()
 
     def stop(self, node_id: int | None = None) -> None:
         """SIGTERM (a controlled shutdown) for one node or all of them."""
@@ -320,7 +322,8 @@ def running_kafka(base_dir: Path | None = None, **options) -> Iterator[ApacheKaf
     try:
         yield cluster.start()
     finally:
-        cluster.stop()
+        # Its files go next, so a controlled shutdown (seconds for a quorum) buys nothing.
+        cluster.kill()
         shutil.rmtree(work_dir, ignore_errors=True)
 
 
