@@ -202,38 +202,47 @@ def test_submitted_load_is_exactly_once(executor_env, spark_cluster, source, tmp
     assert_exactly_once(tmp_path / "warehouse", "ev", held)
 
 
-def test_worker_killed_mid_task_then_retried_on_the_other(executor_env, spark_cluster, source, tmp_path):
+@pytest.mark.parametrize("victim", ["worker", "executor"])
+def test_killed_mid_task_then_retried(executor_env, spark_cluster, source, tmp_path, victim):
+    """SIGKILL worker 1 with its executor and Pythons (a lost node: the retries run on
+    worker 0), or only its executor JVM (the worker starts another), while one of its
+    tasks waits for a Fetch; the load finishes (or its rerun does) exactly once."""
     bootstrap, proxy = source
-    config = write_config(tmp_path, bootstrap, topic="kill", max_records_per_task=25)
-    produce(bootstrap, "kill", events(0, 400), partitions=4)
-    held = broker_records(bootstrap, "kill")
+    topic, run_id = f"kill_{victim}", f"kill-{victim}"
+    config = write_config(tmp_path, bootstrap, topic=topic, max_records_per_task=25)
+    produce(bootstrap, topic, events(0, 400), partitions=4)
+    held = broker_records(bootstrap, topic)
     state = StateStore(config.state)
-    victim = 1
     proxy.delay_s = 0.6  # every task holds one Fetch at least this long
     try:
-        process = submit(spark_cluster, executor_env.result(), config.path, "kill-1", tmp_path)
+        process = submit(spark_cluster, executor_env.result(), config.path, run_id, tmp_path)
         deadline = time.monotonic() + 150
-        while not (proxy.fetching_ports() & spark_cluster.local_ports(victim)):
-            assert process.poll() is None, (tmp_path / "submit-kill-1.err").read_text()[-3000:]
-            assert time.monotonic() < deadline, "no task of the victim's executor fetched"
+        while not (proxy.fetching_ports() & spark_cluster.local_ports(1)):
+            assert process.poll() is None, (tmp_path / f"submit-{run_id}.err").read_text()[-3000:]
+            assert time.monotonic() < deadline, "no task of worker 1's executor fetched"
             time.sleep(0.05)
-        pythons = spark_cluster.python_cmdlines(victim)
-        spark_cluster.kill_worker(victim)  # the worker JVM, its executor, its Python workers
+        pythons = spark_cluster.python_cmdlines(1)
+        if victim == "worker":
+            spark_cluster.kill_worker(1)
+        else:
+            assert len(spark_cluster.kill_executor(1)) == 1
         proxy.delay_s = 0.0
-        status, stdout = finish(process, spark_cluster, tmp_path, "kill-1")
+        status, stdout = finish(process, spark_cluster, tmp_path, run_id)
         if status != 0:  # the job may fail as a whole; a rerun of the run id finishes it
-            status, stdout = finish(submit(spark_cluster, executor_env.result(), config.path, "kill-1", tmp_path),
-                                    spark_cluster, tmp_path, "kill-1")
+            status, stdout = finish(submit(spark_cluster, executor_env.result(), config.path, run_id, tmp_path),
+                                    spark_cluster, tmp_path, run_id)
         assert status == 0
     finally:
         proxy.delay_s = 0.0
-        spark_cluster.restart_worker(victim)
+        if victim == "worker":
+            spark_cluster.restart_worker(1)
 
+    # The executors ran the archive's interpreter, not this one.
     assert pythons and all(line[0] == "./environment/bin/python" for line in pythons), pythons
-    plan = state.read_plan("kill", "kill-1")
-    markers = [state.read_marker("kill", "kill-1", r) for r in plan.ranges]
+    plan = state.read_plan(topic, run_id)
+    markers = [state.read_marker(topic, run_id, r) for r in plan.ranges]
     assert len(markers) == 16 and all(markers)
-    # The task the kill interrupted ran again, as a later attempt on the surviving worker.
+    # The task the kill interrupted ran again, as a later attempt.
     assert any(m.attempt >= 1 for m in markers), [m.attempt for m in markers]
-    assert total_line(stdout, "kill")[-3:] == ["400", "400", "0"]
-    assert_exactly_once(tmp_path / "warehouse", "kill", held)
+    assert total_line(stdout, topic)[-3:] == ["400", "400", "0"]
+    assert_exactly_once(tmp_path / "warehouse", topic, held)
