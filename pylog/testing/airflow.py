@@ -24,7 +24,6 @@ import json
 import os
 import secrets
 import signal
-import sys
 import time
 import urllib.error
 import urllib.parse
@@ -312,8 +311,3 @@ class ScheduledAirflow:
         path += f"/{map_index}/tries" if map_index >= 0 else "/tries"
         rows = self.request("GET", path)["task_instances"]
         return sorted((TaskTry.from_api(row) for row in rows), key=lambda t: t.try_number)
-
-
-def python_bin_dir() -> str:
-    """The directory of this Python's scripts (airflow, spark-submit)."""
-    return str(Path(sys.executable).parent)
