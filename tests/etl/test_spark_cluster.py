@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from pylog.etl.ship import executor_environment
+from pylog.etl.ship import EXECUTOR_PACKAGES, environment_key, executor_environment
 from pylog.etl.state import StateStore
 from pylog.protocol import ApiKey
 from pylog.testing.broker import BrokerProcess
@@ -246,3 +246,20 @@ def test_killed_mid_task_then_retried(executor_env, spark_cluster, source, tmp_p
     assert any(m.attempt >= 1 for m in markers), [m.attempt for m in markers]
     assert total_line(stdout, topic)[-3:] == ["400", "400", "0"]
     assert_exactly_once(tmp_path / "warehouse", topic, held)
+
+
+def test_executor_env_is_keyed_by_what_goes_in(tmp_path):
+    """The cached archive's name changes with pylog's sources and the pinned versions, not
+    with bytecode or build leftovers beside them."""
+    root = tmp_path / "checkout"
+    (root / "pylog" / "__pycache__").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[project]\nname = 'pylog'\n")
+    (root / "pylog" / "__init__.py").write_text("")
+    versions = {"pyarrow": "26.0.1"}
+    key = environment_key(root, EXECUTOR_PACKAGES, versions)
+    (root / "pylog" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0")
+    (root / "pylog" / "_speedups.cpython-311-x86_64-linux-gnu.so").write_bytes(b"\0")
+    assert environment_key(root, EXECUTOR_PACKAGES, versions) == key
+    assert environment_key(root, EXECUTOR_PACKAGES, {"pyarrow": "25.0.0"}) != key
+    (root / "pylog" / "__init__.py").write_text("VERSION = 2\n")
+    assert environment_key(root, EXECUTOR_PACKAGES, versions) != key
