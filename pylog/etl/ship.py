@@ -8,17 +8,20 @@ compiled in), the versions pinned to the driver's environment, and packs it as a
 ``.tar.gz`` whose root is the virtualenv (what ``venv-pack`` makes)::
 
     python -m pylog.etl.ship --output pylog-env.tar.gz
-    PYSPARK_DRIVER_PYTHON=python spark-submit --master spark://host:7077 \\
-        --archives pylog-env.tar.gz#environment \\
-        --conf spark.pyspark.python=./environment/bin/python \\
+    PYSPARK_DRIVER_PYTHON=python PYSPARK_PYTHON=./environment/bin/python \\
+        spark-submit --master spark://host:7077 --archives pylog-env.tar.gz#environment \\
         jobs/load_log.py --config loader.yaml
+
+(``--conf spark.pyspark.python=...`` would do too, but it also becomes the driver's Python
+unless ``spark.pyspark.driver.python`` is set as well.)
 
 The interpreter itself is not copied: ``bin/python`` links to the driver's base Python,
 which must exist at the same path on every worker (as with venv-pack).
 
 Archives are cached under ``~/.cache/pylog/executor-env/`` (``PYLOG_CACHE_DIR``), named by
 a hash of everything that goes in: pylog's sources, pyproject.toml and setup.py, the pinned
-versions, the Python version. A build writes a temporary file, then renames it.
+versions, the Python version (not README.md: the build gets a stub, as executors never read
+it). A build writes a temporary file, then renames it.
 """
 
 from __future__ import annotations
@@ -36,17 +39,19 @@ import tempfile
 import time
 from pathlib import Path
 
+from pylog.etl.errors import LoaderError
+
 # What the executors import beyond pylog's declared dependencies: pyarrow for Parquet and
 # the file systems; numpy, which pylog.records.columns imports (pyarrow does not require
 # it); hdfs and hdfs-native for an hdfs:// warehouse (the loader extra).
 EXECUTOR_PACKAGES = ("pyarrow", "numpy", "hdfs", "hdfs-native")
 SOURCE_SUFFIXES = (".py", ".pyi", ".c", ".h", ".typed")
-PROJECT_FILES = ("pyproject.toml", "setup.py", "README.md")
+PROJECT_FILES = ("pyproject.toml", "setup.py")
 KEEP_ARCHIVES = 3
 FORMAT = "1"  # bump when the build itself changes
 
 
-class ShipError(RuntimeError):
+class ShipError(LoaderError):
     """The environment could not be built (pip failed, or no pylog sources to build from)."""
 
 
@@ -130,6 +135,7 @@ def _build_venv(root: Path, scratch: Path, packages: tuple[str, ...], versions: 
         target = source / path.relative_to(root)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, target)
+    (source / "README.md").write_text("pylog, built for Spark executors\n")  # pyproject's readme
     constraints = scratch / "constraints.txt"
     constraints.write_text("".join(f"{n}=={v}\n" for n, v in versions.items()))
     venv = scratch / "venv"
