@@ -144,6 +144,8 @@ def submit(cluster, archive: Path, config_path: str, run_id: str, out_dir: Path)
             "--archives", f"{archive}#environment",
             "--executor-memory", "512m", "--driver-memory", "512m",
             "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.host=127.0.0.1",
+            # Tasks start once both executors registered, so each worker gets some.
+            "--conf", "spark.scheduler.minRegisteredResourcesRatio=1.0",
             # Short-lived JVMs on 2 cores: start fast rather than run fast.
             "--conf", f"spark.driver.extraJavaOptions={JVM_OPTIONS}",
             "--conf", f"spark.executor.extraJavaOptions={JVM_OPTIONS}",
@@ -213,7 +215,7 @@ def test_killed_mid_task_then_retried(executor_env, spark_cluster, source, tmp_p
     produce(bootstrap, topic, events(0, 400), partitions=4)
     held = broker_records(bootstrap, topic)
     state = StateStore(config.state)
-    proxy.delay_s = 0.6  # every task holds one Fetch at least this long
+    proxy.delay_s = 1.5  # until the kill, every task waits this long for its Fetch
     try:
         process = submit(spark_cluster, executor_env.result(), config.path, run_id, tmp_path)
         deadline = time.monotonic() + 150
