@@ -19,14 +19,16 @@ import textwrap
 import time
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
+from pylog.errors import ConfigError
 from pylog.etl.config import load_config
 from pylog.etl.state import StateStore
 from pylog.orchestration.sample_events import page_views, produce
+from pylog.orchestration.settings import from_environment
 from pylog.testing.airflow import ScheduledAirflow
 from pylog.testing.broker import BrokerProcess
 from pylog.testing.postgres import postgres_fixture
@@ -149,6 +151,18 @@ def wait_until_quiet(airflow: ScheduledAirflow, dag_id: str, timeout: float = 18
             return
         assert time.monotonic() < deadline, f"{dag_id} still busy after {timeout:.0f}s: {busy}"
         time.sleep(1)
+
+
+def test_the_schedule_and_the_retry_delay_can_be_seconds():
+    """What this module's DAG runs rely on, checked without Airflow."""
+    settings = from_environment(DAGS.parent, {"PYLOG_LOAD_SCHEDULE": "10s", "PYLOG_RETRY_DELAY": "2s"})
+    assert (settings.schedule, settings.retry_delay) == (timedelta(seconds=10), timedelta(seconds=2))
+    defaults = from_environment(DAGS.parent, {})
+    assert (defaults.schedule, defaults.retry_delay) == ("@hourly", timedelta(minutes=1))
+    assert from_environment(DAGS.parent, {"PYLOG_LOAD_SCHEDULE": "*/15 * * * *"}).schedule == "*/15 * * * *"
+    assert from_environment(DAGS.parent, {"PYLOG_LOAD_SCHEDULE": "none"}).schedule is None
+    with pytest.raises(ConfigError, match="PYLOG_RETRY_DELAY"):
+        from_environment(DAGS.parent, {"PYLOG_RETRY_DELAY": "soon"})
 
 
 @pytest.mark.timeout(1200)
