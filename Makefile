@@ -14,10 +14,15 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: demo test bench deps debs java clean
+.PHONY: demo demo-cluster test bench deps debs java clean
 
 demo: deps
 	$(VENV)/bin/pylog demo
+
+# The docker-compose topology as local processes: ZooKeeper, 3 brokers, HDFS, a Spark
+# standalone cluster, Airflow's scheduler on PostgreSQL (see the README).
+demo-cluster: deps
+	$(VENV)/bin/pylog demo --cluster --workdir demo-cluster-data
 
 test: deps
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -2,8 +2,11 @@
 
 By default the whole system end to end (see :mod:`pylog.orchestration.demo`): a broker,
 sample page views, ``airflow dags test pylog_load`` spark-submitting the loader, then the
-tables, a query and the status an analyst would look at. ``--log-only`` runs only the
-storage walk-through (see :mod:`pylog.cli.demo_log`): write, read back, SIGKILL, recover.
+tables, a query and the status an analyst would look at. ``--cluster`` runs the same on
+the docker-compose topology as local processes -- ZooKeeper, three brokers, HDFS, a Spark
+standalone cluster, Airflow's scheduler on PostgreSQL (see
+:mod:`pylog.orchestration.demo_cluster`). ``--log-only`` runs only the storage
+walk-through (see :mod:`pylog.cli.demo_log`): write, read back, SIGKILL, recover.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ def register(subparsers) -> None:
     parser.add_argument("--workdir", type=Path, default=Path("demo-data"),
                         help="working directory, emptied first and kept afterwards (default demo-data)")
     parser.add_argument("--events", type=int, default=6000, help="page views to produce (default 6000)")
+    parser.add_argument("--cluster", action="store_true",
+                        help="run on ZooKeeper, 3 brokers, HDFS, a Spark standalone cluster and "
+                             "Airflow's scheduler on PostgreSQL, all as local processes")
     parser.add_argument("--log-only", action="store_true",
                         help="only demonstrate the partition log: write, read back, crash, recover")
     parser.add_argument("--dir", type=Path, default=None,
@@ -41,6 +47,10 @@ def run(args) -> int:
     if args.log_only:
         with tempfile.TemporaryDirectory(prefix="pylog-demo-") as tmp:
             return demo_log.log_demo(Path(tmp))
+    if args.cluster:
+        from pylog.orchestration.demo_cluster import run_cluster_demo
+
+        return run_cluster_demo(args.workdir, events=args.events)
     from pylog.orchestration.demo import run_demo
 
     return run_demo(args.workdir, events=args.events)

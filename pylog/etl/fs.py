@@ -293,7 +293,11 @@ class HdfsStorage(ArrowStorage):
         if parsed.port is not None:
             _check_reachable(uri, parsed.hostname, parsed.port, self.CONNECT_TIMEOUT_S)
         self.client = Client(f"hdfs://{parsed.netloc}")
-        fsspec_fs = HdfsFileSystem(host=parsed.hostname, port=parsed.port)
+        # Not in fsspec's instance cache: fsspec clears that cache in a forked child, and
+        # dropping the last reference to an hdfs-native client there (its runtime's threads
+        # did not survive the fork) hangs the child before it can exec -- as pyspark's
+        # gateway launch does, right after a task looked at its tables.
+        fsspec_fs = HdfsFileSystem(host=parsed.hostname, port=parsed.port, skip_instance_cache=True)
         fs = pafs.PyFileSystem(pafs.FSSpecHandler(fsspec_fs))
         super().__init__(uri, atomic_replace=True, filesystem=(fs, parsed.path or "/"))
         self.local = False

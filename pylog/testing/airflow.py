@@ -35,7 +35,7 @@ from typing import Callable, Mapping
 
 from pylog.orchestration.local_airflow import LocalAirflow
 from pylog.testing.postgres import PostgresServer
-from pylog.testing.process import ServerProcess, free_port, wait_for_port
+from pylog.testing.process import ServerProcess, descendants, free_port, wait_for_port
 
 ADMIN = "admin"
 FINISHED_STATES = frozenset({"success", "failed"})
@@ -190,9 +190,13 @@ class ScheduledAirflow:
     def stop(self) -> None:
         """Scheduler first (no new task instances), then the others; stragglers are killed.
 
-        Each process leads its own process group (LocalExecutor workers, spark-submit of a
-        task still running), which is SIGKILLed once its leader has exited.
+        A task's supervisor moves it into a session of its own, so neither the scheduler's
+        process group nor its exit reaches a task still running (a spark-submit, a hung
+        driver): every descendant seen before the stop is SIGKILLed once its ancestors
+        have exited.
         """
+        below = [pid for process in self.processes.values() if process.alive()
+                 for pid in descendants(process.pid)]
         for name in ("scheduler", "dag-processor", "api-server"):
             process = self.processes.get(name)
             if process is None or process.process is None:
@@ -200,6 +204,11 @@ class ScheduledAirflow:
             process.stop(timeout=30)
             try:
                 os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for pid in below:
+            try:
+                os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
 

@@ -42,6 +42,26 @@ def wait_for_port(host: str, port: int, timeout: float, process: subprocess.Pope
             time.sleep(0.05)
 
 
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (children, their children ...), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    found, pending = [], [pid]
+    while pending:
+        for child in children.get(pending.pop(), []):
+            found.append(child)
+            pending.append(child)
+    return found
+
+
 def _log_tail(log_path: Path | None, lines: int = 30) -> str:
     if log_path is None or not log_path.exists():
         return ""
