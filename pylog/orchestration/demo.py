@@ -134,11 +134,11 @@ def _run_steps(root: Path, workdir: Path, events: int, out) -> Path:
     return config_path
 
 
-def _show_analyst_view(config_path: Path, produced: int, out) -> None:
+def _show_analyst_view(config_path: Path, produced: int, out, step: int = 4) -> None:
     from pylog.cli.main import main as pylog
 
     config = ["--config", str(config_path)]
-    out("\n4. what an analyst sees")
+    out(f"\n{step}. what an analyst sees")
     for shown, argv in (("tables", ["tables", *config]),
                         (f'query "{PER_HOUR_SQL}"', ["query", *config, PER_HOUR_SQL]),
                         (f'query "{TOP_REFERRERS_SQL}"', ["query", *config, TOP_REFERRERS_SQL]),

@@ -71,7 +71,7 @@ def _run_steps(root: Path, workdir: Path, events: int, running: ExitStack, out) 
     from pylog.testing.airflow import ScheduledAirflow
     from pylog.testing.broker import BrokerProcess
     from pylog.testing.hdfs import HdfsCluster
-    from pylog.testing.postgres import PostgresServer
+    from pylog.testing.postgres import running_postgres
     from pylog.testing.spark_cluster import SparkStandaloneCluster
     from pylog.testing.zookeeper import ZooKeeperServer
 
@@ -99,7 +99,9 @@ def _run_steps(root: Path, workdir: Path, events: int, running: ExitStack, out) 
         f"{archive.name} (--archives)")
 
     config_path = _loader_config(root, workdir, bootstrap, hdfs.uri("/pylog"))
-    postgres = _started(running, PostgresServer(workdir / "postgres"))
+    # Under the system's temporary directory, which the postgres user can reach when the
+    # demo runs as root (a working directory under /root is private); removed at the end.
+    postgres = running.enter_context(running_postgres())
     airflow = ScheduledAirflow(workdir / "airflow", root / "dags", postgres, {
         "PYLOG_LOADER_CONFIG": str(config_path),
         "PYLOG_METASTORE_DIR": str(workdir / "metastore"),
@@ -120,7 +122,7 @@ def _run_steps(root: Path, workdir: Path, events: int, running: ExitStack, out) 
         + ", ".join(f"{t.task_id} {t.state}" for t in tasks))
     if run.state != "success":
         raise DemoStepFailed(f"the scheduled run {run.run_id} ended {run.state}; see {airflow.home}/logs")
-    _show_analyst_view(config_path, len(views), out)
+    _show_analyst_view(config_path, len(views), out, step=5)
     return config_path
 
 
