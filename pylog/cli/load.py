@@ -14,12 +14,19 @@ spark-defaults.conf, the master is ``local[*,4]``: local mode ignores
     pylog load --config conf/loader.yaml
     pylog load --config conf/loader.yaml --since 2026-11-20T00:00:00Z --until 2026-11-21T00:00:00Z
     pylog load --config conf/loader.yaml --master yarn --conf spark.executor.instances=4
+    pylog load --config conf/loader.yaml --master spark://host:7077 --executor-env pylog-env.tar.gz
+
+On workers without pylog, ``--executor-env`` ships a packed virtualenv
+(``python -m pylog.etl.ship --output pylog-env.tar.gz``: pylog with its C speedups and
+what its tasks import) with ``--archives`` instead of the zip, and runs the executors'
+Python from it; the driver keeps this interpreter.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -49,6 +56,9 @@ def register(subparsers) -> None:
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting, passed to spark-submit (repeatable)")
     parser.add_argument("--spark-submit", help="path of spark-submit (default: SPARK_HOME or pyspark's)")
+    parser.add_argument("--executor-env", metavar="ARCHIVE",
+                        help="packed virtualenv for the executors (python -m pylog.etl.ship), "
+                             "shipped with --archives instead of pylog's zip")
     parser.set_defaults(func=run)
 
 
@@ -96,6 +106,25 @@ def check_storage(uri: str) -> None:
     storage.makedirs(storage.root)
 
 
+def check_master(master: str | None, timeout_s: float = 10.0) -> None:
+    """Raise a one-line error unless a ``spark://`` master (any of an HA list) accepts a
+    connection: spark-submit itself retries for a minute and then ends in a stack trace."""
+    if not master or not master.startswith("spark://"):
+        return
+    addresses = [a.strip() for a in master.removeprefix("spark://").split(",") if a.strip()]
+    problems = []
+    for address in addresses:
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host, int(port)), timeout=timeout_s):
+                return
+        except ValueError:
+            problems.append(f"{address}: not host:port")
+        except OSError as exc:
+            problems.append(f"{address}: {exc.strerror or exc}")
+    raise ConfigError("--master", f"cannot reach the Spark master {master} ({'; '.join(problems)})")
+
+
 def configured_master(args, env: dict[str, str]) -> str | None:
     """The master Spark would use without ``--master``: --conf, $MASTER, spark-defaults.conf."""
     for setting in args.conf:
@@ -114,9 +143,16 @@ def configured_master(args, env: dict[str, str]) -> str | None:
     return None
 
 
-def build_command(args, spark_submit: str, py_files: Path, script: Path,
+def build_command(args, spark_submit: str, py_files: Path | None, script: Path,
                   env: dict[str, str] | None = None) -> list[str]:
-    command = [spark_submit, "--name", "pylog-load", "--py-files", str(py_files)]
+    command = [spark_submit, "--name", "pylog-load"]
+    if getattr(args, "executor_env", None):
+        archive = Path(args.executor_env).resolve()
+        command += ["--archives", f"{archive}#environment",
+                    "--conf", "spark.pyspark.python=./environment/bin/python",
+                    "--conf", f"spark.pyspark.driver.python={os.environ.get('PYSPARK_DRIVER_PYTHON', sys.executable)}"]
+    elif py_files is not None:
+        command += ["--py-files", str(py_files)]
     master = args.master or (None if configured_master(args, env or {}) else DEFAULT_MASTER)
     if master:
         command += ["--master", master]
@@ -152,6 +188,9 @@ def run(args) -> int:
     config = load_config(args.config)  # bad config or arguments fail here, before Spark starts
     request = request_from_args(args)
     config.select(list(request.topics) if request.topics else None)
+    if args.executor_env and not Path(args.executor_env).is_file():
+        raise ConfigError("--executor-env", f"no such file: {args.executor_env} "
+                          "(build one with: python -m pylog.etl.ship --output FILE)")
     for uri in (config.state, config.warehouse):  # and so does a storage that cannot take the load
         check_storage(uri)
     spark_submit = find_spark_submit(args.spark_submit)
@@ -160,6 +199,7 @@ def run(args) -> int:
         script = directory / "load_log.py"
         script.write_text(JOB_SCRIPT)
         env = spark_environment(args.config)
-        py_files = zip_package(directory)
+        check_master(args.master or configured_master(args, env))
+        py_files = None if args.executor_env else zip_package(directory)
         command = build_command(args, spark_submit, py_files, script, env)
         return subprocess.call(command, env=env)

@@ -323,10 +323,32 @@ class TableLockHolder:
             raise self.lost
         self.state.verify_lock(self.table, self.lock)
 
-    def __exit__(self, *exc_info) -> None:
+    RELEASE_RETRY_S = 60.0
+    """How long a release keeps trying through a storage outage (a NameNode restarting and
+    in safe mode takes seconds to tens of seconds)."""
+
+    def __exit__(self, exc_type, exc, traceback) -> None:
         self._stop.set()
         self._thread.join()
-        self.state.release_lock(self.table, self.lock)
+        deadline = time.monotonic() + self.RELEASE_RETRY_S
+        pause = 0.5
+        while True:
+            try:
+                self.state.release_lock(self.table, self.lock)
+                return
+            except TableLockedError:
+                raise
+            except (PylogError, OSError) as error:
+                if time.monotonic() + pause > deadline:
+                    if exc is None:
+                        raise
+                    # The run failed anyway; its lock is left to expire, or to a rerun of
+                    # the same run id once this process is gone (see pylog.etl.locks).
+                    log.error("table %s: lock of run %s not released: %s", self.table, self.run_id, error)
+                    return
+                log.warning("table %s: releasing the lock failed, retrying: %s", self.table, error)
+                self._sleep(pause)
+                pause = min(pause * 2, 8.0)
 
 
 class _MidTaskKiller:

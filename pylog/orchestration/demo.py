@@ -86,13 +86,17 @@ def run_demo(workdir: Path, events: int = EVENTS, out=print) -> int:
     try:
         config_path = _run_steps(root, workdir, events, out)
     except Exception as exc:  # every failure ends in one readable line and status 1
-        out(f"demo FAILED: {exc}" if isinstance(exc, PylogError) else
-            f"demo FAILED: {type(exc).__name__}: {exc}")
+        out(failure_line(exc))
         return 1
     out(f"\nTry it yourself:\n  .venv/bin/pylog query --config {config_path} \"SELECT url, count(*) FROM "
         f"page_views GROUP BY url ORDER BY 2 DESC LIMIT 10\"")
     out("demo OK")
     return 0
+
+
+def failure_line(exc: Exception) -> str:
+    """The demo's last line when a step raised."""
+    return f"demo FAILED: {exc}" if isinstance(exc, PylogError) else f"demo FAILED: {type(exc).__name__}: {exc}"
 
 
 def _run_steps(root: Path, workdir: Path, events: int, out) -> Path:

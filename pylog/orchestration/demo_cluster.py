@@ -28,8 +28,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from pylog.orchestration.demo import (
-    HOURS, PARTITIONS, TOPIC, DemoStepFailed, _show_analyst_view, checkout_root, prepare_workdir)
-from pylog.errors import PylogError
+    HOURS, PARTITIONS, TOPIC, DemoStepFailed, _show_analyst_view, checkout_root, failure_line, prepare_workdir)
 
 BROKERS = 3
 DAG_TIMEOUT_S = 600
@@ -45,8 +44,7 @@ def run_cluster_demo(workdir: Path, events: int, out=print) -> int:
             config_path = _run_steps(root, workdir, events, running, out)
         out("\nstopped every process the demo started")
     except Exception as exc:  # every failure ends in one readable line and status 1
-        out(f"demo FAILED: {exc}" if isinstance(exc, PylogError) else
-            f"demo FAILED: {type(exc).__name__}: {exc}")
+        out(failure_line(exc))
         return 1
     out(f"\nThe logs of every process are under {workdir}; the tables were at "
         f"{_warehouse(config_path)}.")

@@ -26,19 +26,17 @@ With ``sasl_users`` each node has a second client listener, SASL_SSL with SCRAM-
 from __future__ import annotations
 
 import base64
-import shutil
 import subprocess
-import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Mapping
 
 from pylog.testing.certs import TestCertificates
-from pylog.testing.process import ServerProcess, _log_tail, free_port, wait_for_port
+from pylog.testing.process import (
+    ServerProcess, _log_tail, free_port, running_in_temp_dir, server_fixture, wait_for_port)
 
 HOST = "127.0.0.1"
 MAIN_CLASS = "kafka.Kafka"
@@ -314,17 +312,14 @@ class ApacheKafkaCluster:
         self.stop()
 
 
-@contextmanager
-def running_kafka(base_dir: Path | None = None, **options) -> Iterator[ApacheKafkaCluster]:
-    """A started Kafka cluster for the duration of the block; its files are removed after."""
-    work_dir = Path(tempfile.mkdtemp(prefix="pylog-kafka-", dir=base_dir))
-    cluster = ApacheKafkaCluster(work_dir, **options)
-    try:
-        yield cluster.start()
-    finally:
-        # Its files go next, so a controlled shutdown (seconds for a quorum) buys nothing.
-        cluster.kill()
-        shutil.rmtree(work_dir, ignore_errors=True)
+def running_kafka(base_dir: Path | None = None, **options):
+    """A started Kafka cluster for the duration of a ``with`` block; its files are removed after.
+
+    Its files go next, so the nodes are SIGKILLed: a controlled shutdown (seconds for a
+    quorum) would buy nothing.
+    """
+    return running_in_temp_dir(lambda work_dir: ApacheKafkaCluster(work_dir, **options), "pylog-kafka-",
+                               base_dir, finish=lambda cluster: cluster.kill())
 
 
 def apache_kafka_fixture(scope: str = "module", **options):
@@ -332,11 +327,4 @@ def apache_kafka_fixture(scope: str = "module", **options):
 
     ``options`` are ApacheKafkaCluster's: ``nodes``, ``sasl_users``, ``heap``, ``overrides``.
     """
-    import pytest
-
-    @pytest.fixture(scope=scope)
-    def apache_kafka(tmp_path_factory) -> Iterator[ApacheKafkaCluster]:
-        with running_kafka(tmp_path_factory.mktemp("apache-kafka"), **options) as cluster:
-            yield cluster
-
-    return apache_kafka
+    return server_fixture(running_kafka, "apache-kafka", scope, **options)

@@ -19,17 +19,14 @@ across ``kill``/``start``, so a restart is a restart, not a new filesystem::
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import time
 import urllib.request
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 from xml.sax.saxutils import escape
 
 from pylog.testing.maven import classpath
-from pylog.testing.process import ServerProcess, free_port, wait_for_port
+from pylog.testing.process import (
+    ServerProcess, free_port, running_in_temp_dir, server_fixture, wait_for_port)
 
 HOST = "127.0.0.1"
 NAMENODE = "org.apache.hadoop.hdfs.server.namenode.NameNode"
@@ -210,25 +207,11 @@ class HdfsCluster:
             self.namenode.stop()
 
 
-@contextmanager
-def running_hdfs(base_dir: Path | None = None, **options) -> Iterator[HdfsCluster]:
-    """A started HDFS for the duration of the block; its files are removed after."""
-    work_dir = Path(tempfile.mkdtemp(prefix="pylog-hdfs-", dir=base_dir))
-    cluster = HdfsCluster(work_dir, **options)
-    try:
-        yield cluster.start()
-    finally:
-        cluster.stop()
-        shutil.rmtree(work_dir, ignore_errors=True)
+def running_hdfs(base_dir: Path | None = None, **options):
+    """A started HDFS for the duration of a ``with`` block; its files are removed after."""
+    return running_in_temp_dir(lambda work_dir: HdfsCluster(work_dir, **options), "pylog-hdfs-", base_dir)
 
 
 def hdfs_fixture(scope: str = "module", **options):
     """A pytest fixture yielding a running HdfsCluster, one per ``scope``."""
-    import pytest
-
-    @pytest.fixture(scope=scope)
-    def hdfs(tmp_path_factory) -> Iterator[HdfsCluster]:
-        with running_hdfs(tmp_path_factory.mktemp("hdfs"), **options) as cluster:
-            yield cluster
-
-    return hdfs
+    return server_fixture(running_hdfs, "hdfs", scope, **options)

@@ -6,11 +6,15 @@ Shared by the broker and ZooKeeper fixtures so they start, log and stop the same
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable, Iterator
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -124,3 +128,34 @@ class ServerProcess:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@contextmanager
+def running_in_temp_dir(make: Callable[[Path], object], prefix: str, base_dir: Path | None = None,
+                        finish: Callable[[object], None] | None = None, keep_files: bool = False) -> Iterator:
+    """``make(work_dir)`` started, in a new directory under ``base_dir``, for the block.
+
+    Afterwards ``finish(server)`` (default: ``server.stop()``) and the directory is removed
+    unless ``keep_files``. The server fixtures (ZooKeeper, HDFS, Kafka, Spark) share this.
+    """
+    work_dir = Path(tempfile.mkdtemp(prefix=prefix, dir=base_dir))
+    server = make(work_dir)
+    try:
+        yield server.start()
+    finally:
+        (finish or (lambda started: started.stop()))(server)
+        if not keep_files:
+            shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def server_fixture(running: Callable[..., object], directory: str, scope: str = "module", **options):
+    """A pytest fixture yielding ``running(base_dir, **options)``'s server, one per ``scope``,
+    its files in a pytest temporary directory named after ``directory``."""
+    import pytest
+
+    @pytest.fixture(scope=scope)
+    def server(tmp_path_factory):
+        with running(tmp_path_factory.mktemp(directory), **options) as started:
+            yield started
+
+    return server

@@ -22,16 +22,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import tempfile
 import time
 import urllib.request
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from pylog.testing.process import ServerProcess, free_port, wait_for_port
+from pylog.testing.process import (
+    ServerProcess, free_port, running_in_temp_dir, server_fixture, wait_for_port)
 
 HOST = "127.0.0.1"
 START_TIMEOUT = 90.0
@@ -262,27 +260,13 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-@contextmanager
-def running_spark_cluster(base_dir: Path | None = None, **options) -> Iterator[SparkStandaloneCluster]:
-    """A started cluster for the duration of the block. Its files are removed after unless
-    it lives under ``base_dir`` (pytest's temporary directories keep the last runs' logs)."""
-    work_dir = Path(tempfile.mkdtemp(prefix="pylog-spark-cluster-", dir=base_dir))
-    cluster = SparkStandaloneCluster(work_dir, **options)
-    try:
-        yield cluster.start()
-    finally:
-        cluster.stop()
-        if base_dir is None:
-            shutil.rmtree(work_dir, ignore_errors=True)
+def running_spark_cluster(base_dir: Path | None = None, **options):
+    """A started cluster for the duration of a ``with`` block. Its files are removed after
+    unless it lives under ``base_dir`` (pytest's temporary directories keep the last runs' logs)."""
+    return running_in_temp_dir(lambda work_dir: SparkStandaloneCluster(work_dir, **options),
+                               "pylog-spark-cluster-", base_dir, keep_files=base_dir is not None)
 
 
 def spark_cluster_fixture(scope: str = "module", **options):
     """A pytest fixture yielding a running SparkStandaloneCluster, one per ``scope``."""
-    import pytest
-
-    @pytest.fixture(scope=scope)
-    def spark_cluster(tmp_path_factory) -> Iterator[SparkStandaloneCluster]:
-        with running_spark_cluster(tmp_path_factory.mktemp("spark-cluster"), **options) as cluster:
-            yield cluster
-
-    return spark_cluster
+    return server_fixture(running_spark_cluster, "spark-cluster", scope, **options)

@@ -15,16 +15,13 @@ Usage in a test module::
 from __future__ import annotations
 
 import os
-import shutil
 import socket
-import tempfile
 import time
 import uuid
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
-from pylog.testing.process import ServerProcess, free_port, wait_for_port
+from pylog.testing.process import (
+    ServerProcess, free_port, running_in_temp_dir, server_fixture, wait_for_port)
 
 ZOOKEEPER_CLASSPATH = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
@@ -112,28 +109,14 @@ class ZooKeeperServer:
             self.server.kill()
 
 
-@contextmanager
-def running_zookeeper(base_dir: Path | None = None, **options) -> Iterator[ZooKeeperServer]:
-    """A started ZooKeeper for the duration of the block; its files are removed after."""
-    work_dir = Path(tempfile.mkdtemp(prefix="pylog-zk-", dir=base_dir))
-    server = ZooKeeperServer(work_dir, **options)
-    try:
-        yield server.start()
-    finally:
-        server.stop()
-        shutil.rmtree(work_dir, ignore_errors=True)
+def running_zookeeper(base_dir: Path | None = None, **options):
+    """A started ZooKeeper for the duration of a ``with`` block; its files are removed after."""
+    return running_in_temp_dir(lambda work_dir: ZooKeeperServer(work_dir, **options), "pylog-zk-", base_dir)
 
 
 def zookeeper_fixture(scope: str = "module", **options):
     """A pytest fixture yielding a running ZooKeeperServer, one per ``scope``."""
-    import pytest
-
-    @pytest.fixture(scope=scope)
-    def zookeeper(tmp_path_factory) -> Iterator[ZooKeeperServer]:
-        with running_zookeeper(tmp_path_factory.mktemp("zookeeper"), **options) as server:
-            yield server
-
-    return zookeeper
+    return server_fixture(running_zookeeper, "zookeeper", scope, **options)
 
 
 def zk_chroot_fixture(server_fixture: str = "zookeeper"):

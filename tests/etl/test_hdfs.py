@@ -24,6 +24,7 @@ from pylog.etl.fs import Storage
 from pylog.etl.job import LoadRequest, run_load
 from pylog.etl.state import StateStore
 from pylog.testing.hdfs import hdfs_fixture
+from pylog.testing.process import free_port
 from pylog.testing.spark import spark_env
 from tests.etl.helpers import broker_records, events, write_config
 
@@ -186,7 +187,7 @@ def test_datanode_killed_mid_load(spark, mock_cluster, tmp_path, hdfs):
         hdfs.start_datanode(1)
 
 
-def test_bad_hdfs_input_is_one_line_and_publishes_nothing(mock_cluster, tmp_path, hdfs):
+def test_bad_input_is_one_line_and_publishes_nothing(mock_cluster, tmp_path, hdfs):
     mock_cluster.produce("ev", events(0, 20))
     unreachable = write_config(tmp_path, mock_cluster.bootstrap, warehouse="hdfs://127.0.0.1:9/w",
                                state="hdfs://127.0.0.1:9/s")
@@ -214,6 +215,17 @@ def test_bad_hdfs_input_is_one_line_and_publishes_nothing(mock_cluster, tmp_path
     [line] = result.stderr.strip().splitlines()
     assert line.startswith("pylog load: error: HDFS /a-file/"), line
     assert root.read_bytes("/a-file") == b"not a directory"
+
+    # A Spark master that refuses connections: one line too, and no run begun.
+    good = hdfs_config(tmp_path, hdfs, mock_cluster.bootstrap)
+    master = f"spark://127.0.0.1:{free_port()}"
+    result = pylog("load", good.path, "--master", master, timeout=120)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines() == [
+        f"pylog load: error: --master: cannot reach the Spark master {master} "
+        f"({master.removeprefix('spark://')}: Connection refused)"]
+    state = Storage.from_uri(good.state)
+    assert files_under(state, state.root) == [] and state.list_dir(state.root) == []
 
 
 def test_webhdfs_warehouse_and_state(spark, mock_cluster, tmp_path, hdfs):

@@ -204,6 +204,37 @@ def test_submitted_load_is_exactly_once(executor_env, spark_cluster, source, tmp
     assert_exactly_once(tmp_path / "warehouse", "ev", held)
 
 
+def test_pylog_load_ships_the_executor_env(executor_env, spark_cluster, source, tmp_path):
+    """``pylog load --executor-env``: the archive instead of pylog's zip, the executors'
+    Python from it, the driver's this one; a missing archive is one line."""
+    bootstrap, _ = source
+    config = write_config(tmp_path, bootstrap, topic="shipped", max_records_per_task=50)
+    produce(bootstrap, "shipped", events(0, 200), partitions=4)
+    held = broker_records(bootstrap, "shipped")
+    command = [sys.executable, "-m", "pylog.cli.main", "load", "--config", config.path, "--run-id", "shipped-1",
+               "--master", spark_cluster.master_url, "--conf", "spark.executor.memory=512m",
+               "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.host=127.0.0.1",
+               "--conf", f"spark.driver.extraJavaOptions={JVM_OPTIONS}",
+               "--conf", f"spark.executor.extraJavaOptions={JVM_OPTIONS}"]
+    env = spark_cluster.environment()
+    missing = subprocess.run([*command, "--executor-env", str(tmp_path / "nope.tar.gz")], env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == (f"pylog load: error: --executor-env: no such file: {tmp_path / 'nope.tar.gz'} "
+                                      "(build one with: python -m pylog.etl.ship --output FILE)")
+    result = subprocess.run([*command, "--executor-env", str(executor_env.result())], env=env,
+                            capture_output=True, text=True, timeout=SUBMIT_TIMEOUT, cwd=tmp_path,
+                            start_new_session=True)
+    assert result.returncode == 0, result.stderr[-4000:] + spark_cluster.log_tails()
+    assert total_line(result.stdout, "shipped")[-3:] == ["200", "200", "0"]
+    # The newest application's executors unpacked the archive, and no pylog.zip was shipped.
+    app_dirs = sorted(spark_cluster.work_dir.glob("worker-*/app-*/*"), key=lambda p: p.stat().st_mtime)
+    newest = [d for d in app_dirs if d.parent.name == app_dirs[-1].parent.name]
+    assert newest and all((d / "environment" / "bin" / "python").exists() for d in newest), newest
+    assert not [z for d in newest for z in d.glob("pylog*.zip")]
+    assert_exactly_once(tmp_path / "warehouse", "shipped", held)
+
+
 @pytest.mark.parametrize("victim", ["worker", "executor"])
 def test_killed_mid_task_then_retried(executor_env, spark_cluster, source, tmp_path, victim):
     """SIGKILL worker 1 with its executor and Pythons (a lost node: the retries run on
