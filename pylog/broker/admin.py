@@ -272,7 +272,7 @@ class AdminHandlers:
             if validate_only:
                 validate_topic_name(name)
                 if self.metadata.topic(name) is not None:
-                    raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+                    raise TopicAlreadyExistsError(f"Topic {name!r} already exists.")
             else:
                 created = self.metadata.create_topic(name, partitions, replication, configs,
                                                      assignment=assignment)

@@ -211,7 +211,7 @@ class ConfigHandlers:
         """InvalidConfigError naming the first key that is unknown or has a bad value."""
         for name in overrides:
             if name not in TOPIC_CONFIGS:
-                raise InvalidConfigError(f"{name}: not a topic config pylog knows")
+                raise InvalidConfigError(f"Unknown topic config name: {name}")
         try:
             self.default_log_config.with_overrides(overrides)
         except ConfigError as error:

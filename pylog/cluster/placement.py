@@ -74,8 +74,8 @@ def assign_replicas(num_partitions: int, replication_factor: int,
 def check_partition_growth(topic: str, current: int, total: int) -> None:
     """InvalidPartitionsError unless ``total`` adds partitions (they can never be removed)."""
     if total <= current:
-        raise InvalidPartitionsError(f"topic {topic!r} has {current} partitions; the new "
-                                     f"count must be larger, got {total}")
+        raise InvalidPartitionsError(f"The topic {topic} currently has {current} partition(s); "
+                                     f"{total} would not be an increase.")
 
 
 def assign_new_partitions(current: dict[int, tuple[int, ...]], total: int,

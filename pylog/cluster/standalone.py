@@ -93,7 +93,7 @@ class StandaloneMetadata:
                 f"replication factor {replication_factor} is larger than the 1 broker available")
         with self._lock:
             if name in self._topics:
-                raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+                raise TopicAlreadyExistsError(f"Topic {name!r} already exists.")
             topic = self._topic(name, num_partitions, dict(configs or {}), uuid.uuid4())
             topics = dict(self._topics)
             topics[name] = topic

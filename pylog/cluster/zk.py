@@ -206,7 +206,7 @@ class ZkClusterMetadata:
                 assignment = assign_replicas(num_partitions, replication_factor, live)
             if self._view.topic(name) is not None or self._client.exists(
                     layout.topic_path(name)):
-                raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+                raise TopicAlreadyExistsError(f"Topic {name!r} already exists.")
             topic_id = uuid.uuid4()
             self._write_topic(name, assignment, configs or {}, topic_id)
         log.info("created topic %s with assignment %s", name, assignment)
@@ -226,7 +226,7 @@ class ZkClusterMetadata:
             txn.create(layout.topic_config_path(name), config_data)
         results = txn.commit()
         if isinstance(results[0], NodeExistsError):
-            raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            raise TopicAlreadyExistsError(f"Topic {name!r} already exists.")
         failures = [r for r in results if isinstance(r, Exception)
                     and not isinstance(r, RolledBackError)]
         if failures:

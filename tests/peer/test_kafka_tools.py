@@ -7,7 +7,7 @@ named on stderr -- must be the same once the things that differ by nature are no
 topic ids, node ids (pylog's broker is 0, Kafka's node 1), ports, timestamps and durations.
 
 Known differences are left out of the assertions on purpose (see the test docstrings):
-the wording of some error messages, the synonyms ConfigCommand lists for ``retention.ms``,
+the synonyms ConfigCommand lists for ``retention.ms``,
 GetOffsetShell ``--time -3`` after DeleteRecords, ``ConfigCommand --describe --all`` (pylog's
 list of topic configs and some defaults are not Kafka 4.4's) and group configs (``--entity-type
 groups``, which pylog refuses).
@@ -157,6 +157,13 @@ def error_class(run: ToolRun) -> str:
     return match.group(1) or match.group(2)
 
 
+def error_message(run: ToolRun) -> str:
+    """What the tool printed of the broker's error: the message after the exception's name."""
+    match = re.search(r"org\.apache\.kafka\.common\.errors\.\w+: (.*)", run.stderr + run.stdout)
+    assert match, f"no error message in:\n{run.stderr}"
+    return match.group(1).strip()
+
+
 def create_topic(tools: KafkaTools, topic: str, partitions: int) -> None:
     tools.both(TOPICS, "--bootstrap-server", "{bootstrap}", "--create", "--topic", topic,
                "--partitions", str(partitions))
@@ -186,13 +193,16 @@ def test_topic_command_create_list_describe_alter_delete(tools):
     assert [line.split("\t")[2] for line in pylog.stdout.splitlines()[1:]] == [
         f"Partition: {p}" for p in range(5)]
 
-    # Refusals: same exit status and exception (the messages' wording differs).
+    # Refusals: same exit status, exception and message.
     pylog, kafka = tools.both(TOPICS, *topic, "--alter", "--partitions", "2", ok=False)
     assert pylog.returncode == kafka.returncode == 1
     assert error_class(pylog) == error_class(kafka) == "InvalidPartitionsException"
+    assert error_message(pylog) == error_message(kafka) == (
+        "The topic tool-topics currently has 5 partition(s); 2 would not be an increase.")
     pylog, kafka = tools.both(TOPICS, *topic, "--create", "--partitions", "1", ok=False)
     assert pylog.returncode == kafka.returncode == 1
     assert error_class(pylog) == error_class(kafka) == "TopicExistsException"
+    assert error_message(pylog) == error_message(kafka) == "Topic 'tool-topics' already exists."
 
     pylog, kafka = tools.both(TOPICS, *topic, "--delete")
     assert pylog.stdout == kafka.stdout
@@ -349,6 +359,7 @@ def test_config_command_topic_configs(tools):
                               ok=False)
     assert pylog.returncode == kafka.returncode == 1
     assert error_class(pylog) == error_class(kafka) == "InvalidConfigurationException"
+    assert error_message(pylog) == error_message(kafka) == "Unknown topic config name: no.such.config"
 
 
 BASE_TS = 1_700_000_000_000
