@@ -7,7 +7,7 @@ every producer at acks=all. Then, for each partition count of ``--partitions``, 
 work against each, pylog and Kafka taking turns:
 
 1. Produce ``--records`` 100-byte values with confluent-kafka (librdkafka; acks=1, then
-   acks=all; ``produce_batch``, linger.ms=5) and with Kafka's own
+   acks=all into the same topic; ``produce_batch``, linger.ms=5) and with Kafka's own
    ``org.apache.kafka.tools.ProducerPerformance`` (acks=1; its defaults otherwise).
 2. Consume them again: confluent-kafka (assign from the beginning, no group) and
    ``org.apache.kafka.tools.ConsumerPerformance`` (a consumer group; its fetch-phase
@@ -21,7 +21,9 @@ it reaped) and records per broker-CPU-second, whose ratio is the goal (pylog at 
 of Kafka per CPU second on one broker). Kafka runs with the JVM options of its own start
 script (G1, full JIT; not the test harness's start-up-tuned C1-only ones) and a 1 GB heap.
 Clients run on the same cores as the brokers, so rates are of the whole machine; the
-records per broker-CPU-second are the brokers' own.
+records per broker-CPU-second are the brokers' own. The machine is shared, so single runs
+vary by tens of percent; ``--rounds N`` prints the median of N alternating runs. CPU is
+counted in clock ticks (10 ms): pylog's 0.1 s figures are good to about 10%.
 
     python benchmarks/kafka_peer_bench.py [--records 1000000] [--partitions 1,100]
         [--latency-records 2000] [--rounds 1] [--three]
