@@ -106,13 +106,6 @@ class TunedKafkaCluster(ApacheKafkaCluster):
     """ApacheKafkaCluster with the JVM options of Kafka's start script instead of the
     test harness's (C1 only, serial GC: quick to start, slow to run)."""
 
-    def __init__(self, *args, **options) -> None:
-        super().__init__(*args, **options)
-        # StorageTool's argument parser takes an id starting with "-" (1 in 64 of the
-        # random ones) for an option and refuses to format.
-        while self.cluster_id.startswith("-"):
-            self.cluster_id = apache_kafka.random_cluster_id()
-
     def _java(self, node, main_class: str, *args: str) -> list[str]:
         argv = super()._java(node, main_class, *args)
         keep = [a for a in argv if a not in apache_kafka.JVM_OPTIONS]

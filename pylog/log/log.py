@@ -734,10 +734,11 @@ class Log:
             best = None
             for segment in self._segments:
                 found = segment.batch_of_max_timestamp(high_watermark)
+                if found is not None and found[0] < self._log_start_offset:
+                    # That batch was deleted (DeleteRecords): the newest of what is left.
+                    found = segment.batch_of_max_timestamp_from(self._log_start_offset, high_watermark)
                 if found is not None and (best is None or found[1] > best[1]):
                     best = found
-            if best is None or best[0] < self._log_start_offset:
-                return None if best is None else (self._log_start_offset, best[1])
             return best
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:

@@ -262,6 +262,34 @@ class LogSegment:
                 best = (header.base_offset, header.max_timestamp)
         return None if best is None or best[1] == NO_TIMESTAMP else best
 
+    def batch_of_max_timestamp_from(self, min_offset: int, max_offset: int) -> tuple[int, int] | None:
+        """As :meth:`batch_of_max_timestamp`, over the batches holding offsets in
+        ``[min_offset, max_offset)`` only: the log start moved into this segment (DeleteRecords)
+        past its newest batch. The offset is the batch's, or ``min_offset`` for the batch
+        that straddles it. Reads the batch headers from ``min_offset`` on."""
+        best = None
+        for position, header in self.records.headers(self.offset_index.lookup(min_offset).position):
+            if header.base_offset >= max_offset:
+                break
+            if header.last_offset < min_offset or header.max_timestamp == NO_TIMESTAMP:
+                continue
+            newest = header.max_timestamp
+            if header.base_offset < min_offset:  # its deleted records do not count
+                newest = self._newest_timestamp_from(position, header, min_offset)
+            if newest != NO_TIMESTAMP and (best is None or newest > best[1]):
+                best = (max(header.base_offset, min_offset), newest)
+        return best
+
+    def _newest_timestamp_from(self, position: int, header: BatchHeader, min_offset: int) -> int:
+        """The largest timestamp of the batch's records at or after ``min_offset`` (decoded);
+        the batch's own when it cannot be decoded."""
+        try:
+            batch = decode_batch(self.records.read(position, header.size))
+        except CorruptRecordError:
+            return header.max_timestamp
+        kept = [record.timestamp for record in batch.records if record.offset >= min_offset]
+        return max(kept, default=NO_TIMESTAMP)
+
     def find_timestamp(self, timestamp: int, max_offset: int) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record below ``max_offset`` whose timestamp
         is >= ``timestamp``. The time index and batch headers find the batch; only that

@@ -74,8 +74,13 @@ def kafka_classpath() -> str:
 
 
 def random_cluster_id() -> str:
-    """A cluster id as ``kafka-storage.sh random-uuid`` prints it: 16 bytes, URL-safe base64."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+    """A cluster id as ``kafka-storage.sh random-uuid`` prints it: 16 bytes, URL-safe base64,
+    never starting with ``-`` (Kafka's Uuid.randomUuid draws again too: StorageTool would
+    read such an id as an option, one start in 64)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 @dataclass(frozen=True)

@@ -196,6 +196,12 @@ def test_list_offsets_max_timestamp_is_the_first_record_with_the_newest_time(bro
     assert answers == {"max": {(1, base + 400)}, "latest": {(4, -1)},
                        "after 300": {(1, base + 400)}}
 
+    # Records deleted up to offset 2, the newest record among them: the newest of what is
+    # left (the later batch), not the new log start (GetOffsetShell --time -3 found that).
+    admin.delete_records([TopicPartition("newest", 0, 2)])[TopicPartition("newest", 0, 2)].result(15)
+    info = admin.list_offsets({partition: OffsetSpec.max_timestamp()})[partition].result(15)
+    assert (info.offset, info.timestamp) == (3, base + 400)
+
 
 def test_elect_leaders_on_one_broker_is_never_needed(broker):
     from confluent_kafka import ElectionType, KafkaError
