@@ -383,8 +383,9 @@ def produce_with_timestamps(bootstrap: str, topic: str) -> None:
 def test_get_offset_shell_and_delete_records(tools):
     """Not compared: ``--time -3`` (max timestamp) once records were deleted. With offsets
     0-1 deleted from partition 0 (the max timestamp at offsets 1 and 4), Kafka prints
-    ``tool-offsets:0:1`` (a deleted offset, still in its segment), pylog ``tool-offsets:0:2``;
-    for partition 1, all deleted, Kafka prints ``:1:1``, pylog ``:1:2``."""
+    ``tool-offsets:0:1`` (a deleted offset, still in its segment), pylog ``tool-offsets:0:4``,
+    the newest record still there; for partition 1, all deleted, Kafka prints ``:1:1``,
+    pylog nothing (no record left)."""
     create_topic(tools, "tool-offsets", 2)
     for side in tools.sides:
         produce_with_timestamps(side.bootstrap, "tool-offsets")
@@ -418,6 +419,8 @@ def test_get_offset_shell_and_delete_records(tools):
     assert offsets(*topic, "--time", "-1") == ["tool-offsets:0:6", "tool-offsets:1:2"]
     assert offsets("--topic-partitions", "tool-offsets:0", "--time",
                    str(BASE_TS)) == ["tool-offsets:0:2"]
+    pylog, _ = tools.both(OFFSETS, "--bootstrap-server", "{bootstrap}", *topic, "--time", "-3")
+    assert pylog.stdout.splitlines() == ["tool-offsets:0:4"]
 
 
 def transaction_rows(text: str) -> list[list[str]]:
