@@ -27,8 +27,8 @@ from confluent_kafka import Producer
 from pylog.testing.apache_kafka import apache_kafka_fixture, kafka_classpath
 from pylog.testing.broker import broker_fixture
 from pylog.testing.waiting import wait_until
+from tests.peer.java_tools import TOOLS, java_argv, write_log_config
 
-TOOLS = "org.apache.kafka.tools."
 TOPICS = TOOLS + "TopicCommand"
 CONSOLE_PRODUCER = TOOLS + "ConsoleProducer"
 CONSOLE_CONSUMER = TOOLS + "consumer.ConsoleConsumer"
@@ -38,20 +38,6 @@ OFFSETS = TOOLS + "GetOffsetShell"
 DELETE_RECORDS = TOOLS + "DeleteRecordsCommand"
 TRANSACTIONS = TOOLS + "TransactionsCommand"
 
-# A tool is a short-lived client: a small heap and the C1 compiler start it fastest.
-JVM_OPTIONS = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData",
-               "-Djava.awt.headless=true")
-# Errors only, on stderr: stdout stays what the tool itself prints.
-LOG4J2 = """\
-status = error
-appender.err.type = Console
-appender.err.name = err
-appender.err.target = SYSTEM_ERR
-appender.err.layout.type = PatternLayout
-appender.err.layout.pattern = %p %m (%c)%n
-rootLogger.level = ERROR
-rootLogger.appenderRef.err.ref = err
-"""
 # Kafka's fixture sets these in server.properties, so TopicCommand lists them as non-default
 # configs of every topic; pylog's broker has no such static overrides.
 KAFKA_STATIC_TOPIC_CONFIGS = {"min.insync.replicas=1", "unclean.leader.election.enable=false"}
@@ -84,15 +70,13 @@ class KafkaTools:
     def __init__(self, pylog: Side, kafka: Side, work_dir: Path) -> None:
         self.sides = (pylog, kafka)
         self.work_dir = work_dir
-        self.log_config = work_dir / "log4j2.properties"
-        self.log_config.write_text(LOG4J2)
+        self.log_config = write_log_config(work_dir)
         self.classpath = kafka_classpath()
 
     def argv(self, side: Side, main_class: str, args: list[str]) -> list[str]:
         """``args`` may name ``{bootstrap}`` and ``{broker_id}``, filled in for ``side``."""
-        return ["java", *JVM_OPTIONS, f"-Dlog4j2.configurationFile={self.log_config}",
-                "-cp", self.classpath, main_class,
-                *(a.format(bootstrap=side.bootstrap, broker_id=side.broker_id) for a in args)]
+        return java_argv(self.classpath, self.log_config, main_class, [
+            a.format(bootstrap=side.bootstrap, broker_id=side.broker_id) for a in args])
 
     def run(self, side: Side, main_class: str, args: list[str], stdin: str | None = None,
             timeout: float = 60.0) -> ToolRun:
