@@ -190,7 +190,7 @@ class ZkAclStore(AclStore):
                 if version is None:
                     self._client.create(path, encode_entries(wanted), makepath=True)
                 elif wanted:
-                    self._client.set_data(path, encode_entries(wanted), version)
+                    self._client.set(path, encode_entries(wanted), version=version)
                 else:
                     self._client.delete(path, version)
                 break

@@ -80,5 +80,28 @@ def test_acls_made_on_one_broker_apply_on_the_other(tmp_path, zk_connect, zk_cli
         wait_until(lambda: topic_error(one, "zk-hidden") == 0,
                    message="the deletion applied by the first broker")
         assert topic_error(one, "zk-logs.a") == TOPIC_AUTHORIZATION_FAILED
+
+        # Deleting one of a resource's two ACLs rewrites its node with the other one.
+        bob = dict(acl("zk-logs.", 4), principal="User:bob", operation=4)
+        assert request(one, ApiKey.CREATE_ACLS, {"creations": [bob]})["results"] == [
+            {"error_code": 0, "error_message": None}]
+        deleted = request(two, ApiKey.DELETE_ACLS, {"filters": [
+            {"resource_type_filter": 2, "resource_name_filter": "zk-logs.",
+             "pattern_type_filter": 4, "principal_filter": "User:alice", "host_filter": None,
+             "operation": 1, "permission_type": 1}]})
+        [result] = deleted["filter_results"]
+        assert result["error_code"] == 0 and len(result["matching_acls"]) == 1
+        data, _ = zk_client.get("/kafka-acl-extended/prefixed/Topic/zk-logs.")
+        assert [entry["principal"] for entry in json.loads(data)["acls"]] == ["User:bob"]
+
+        def principals_on_one():
+            described = request(one, ApiKey.DESCRIBE_ACLS, {
+                "resource_type_filter": 2, "resource_name_filter": "zk-logs.",
+                "pattern_type_filter": 4, "principal_filter": None, "host_filter": None,
+                "operation": 1, "permission_type": 1})
+            return [acl["principal"] for resource in described["resources"]
+                    for acl in resource["acls"]]
+        wait_until(lambda: principals_on_one() == ["User:bob"],
+                   message="the first broker to keep only bob's ACL")
     finally:
         cluster.close()
