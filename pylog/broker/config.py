@@ -218,6 +218,14 @@ _SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
     "replica.fetch.max.bytes": (_int, 1048576, "bytes per partition in a follower's fetch"),
     "replica.fetch.response.max.bytes": (_int, 10485760, "bytes per follower fetch response"),
     "replica.fetch.backoff.ms": (_int, 200, "wait after a follower fetch fails"),
+    "leader.replication.throttled.rate": (
+        _int, MAX_LONG, "bytes per second a leader sends of the partitions its topic's "
+                        "leader.replication.throttled.replicas names to followers out of the ISR"),
+    "follower.replication.throttled.rate": (
+        _int, MAX_LONG, "bytes per second a follower out of the ISR fetches of the partitions "
+                        "its topic's follower.replication.throttled.replicas names"),
+    "replication.quota.window.num": (_int, 11, "windows the replication throttle measures over"),
+    "replication.quota.window.size.seconds": (_int, 1, "length of one of those windows"),
     "replica.high.watermark.checkpoint.interval.ms": (
         _int, 5000, "how often high watermarks (and the other checkpoints) are written"),
     "controlled.shutdown.enable": (_bool, True,
@@ -299,6 +307,8 @@ _UNUSED: dict[str, tuple[Callable[[str, str], object] | None, str]] = {
     "num.recovery.threads.per.data.dir": (_int, "logs are loaded by one thread per broker"),
     "num.replica.fetchers": (_int, "a follower fetches from each leader broker on one "
                                    "connection"),
+    "replica.alter.log.dirs.io.max.bytes.per.second": (
+        _int, "replicas do not move between one broker's log directories"),
     "queued.max.requests": (_int, "queued.max.request.bytes bounds the queued requests"),
     "request.timeout.ms": (_int, "the broker sends no requests that need it"),
     "controller.socket.timeout.ms": (_int, "no controller-to-broker requests: brokers "
@@ -362,12 +372,14 @@ _LOG_DEFAULTS = frozenset({
     "log.message.timestamp.difference.max.ms"})
 DYNAMIC_SETTINGS = _LOG_DEFAULTS | {
     "max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides",
-    "log.cleaner.threads", "log.cleaner.dedupe.buffer.size", "log.cleaner.backoff.ms"}
+    "log.cleaner.threads", "log.cleaner.dedupe.buffer.size", "log.cleaner.backoff.ms",
+    "leader.replication.throttled.rate", "follower.replication.throttled.rate"}
 # Kafka settings pylog ignores (above) that Kafka lets change at run time: AlterConfigs
 # takes them too, and they stay ignored.
 DYNAMIC_IGNORED = frozenset({
     "num.io.threads", "background.threads", "num.replica.fetchers",
     "num.recovery.threads.per.data.dir", "log.cleaner.io.buffer.size",
+    "replica.alter.log.dirs.io.max.bytes.per.second",
     "log.cleaner.io.buffer.load.factor", "log.cleaner.io.max.bytes.per.second",
     "metric.reporters", "log.message.downconversion.enable",
     "sasl.kerberos.service.name", "sasl.kerberos.kinit.cmd",
@@ -516,12 +528,17 @@ class BrokerConfig:
                     "replica.high.watermark.checkpoint.interval.ms",
                     "transaction.state.log.num.partitions", "transaction.max.timeout.ms",
                     "transaction.abort.timed.out.transaction.cleanup.interval.ms",
-                    "transactional.id.expiration.ms"):
+                    "transactional.id.expiration.ms", "leader.replication.throttled.rate",
+                    "follower.replication.throttled.rate",
+                    "replication.quota.window.size.seconds"):
             if self[key] < 1:
                 raise ConfigError(key, f"must be at least 1, got {self[key]}")
         for key in ("max.connections", "max.connections.per.ip"):
             if self[key] < 0:
                 raise ConfigError(key, f"must not be negative, got {self[key]}")
+        if self["replication.quota.window.num"] < 2:
+            raise ConfigError("replication.quota.window.num",
+                              f"must be at least 2, got {self['replication.quota.window.num']}")
         if self["max.connections.per.ip"] == 0 and not self.connection_overrides:
             raise ConfigError("max.connections.per.ip", "0 needs "
                               "max.connections.per.ip.overrides (or no address could connect)")

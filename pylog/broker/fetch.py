@@ -12,6 +12,9 @@ where the follower's log ends (which moves the high watermark and the ISR), then
 to the log end rather than the high watermark. A broker that is not one of the
 partition's replicas gets NOT_LEADER_OR_FOLLOWER for it. ``current_leader_epoch`` is
 fenced: FENCED_LEADER_EPOCH when older than the leader's, UNKNOWN_LEADER_EPOCH when newer.
+A partition under the leader replication throttle (for a follower out of the ISR) counts
+against it, and gets positions but no records while it is over its rate
+(pylog.broker.replication_quota).
 
 Isolation: every partition reports ``last_stable_offset`` (the high watermark capped by
 the oldest open or unreplicated transaction, :attr:`pylog.log.Log.last_stable_offset`).
@@ -67,6 +70,7 @@ class FetchWork:
         self.partitions = [TopicPartition(t["topic"], p["partition"])
                            for t in self.body["topics"] for p in t["partitions"]]
         self.replica_id = self.body.get("replica_id", -1)
+        self.throttled: set[tuple[str, int]] = set()  # this attempt's leader-throttled reads
         self.read_committed = self.body.get("isolation_level", 0) == READ_COMMITTED
         if self.replica_id >= 0 and self.logs.replicas is not None:
             self._record_follower_positions()
@@ -101,6 +105,8 @@ class FetchWork:
         total = 0
         failed = False
         from_follower = self.from_follower
+        self.throttled.clear()
+        throttled_bytes = 0
         topics_out: list[dict] = []
         response = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0,
                     "responses": topics_out}
@@ -122,11 +128,15 @@ class FetchWork:
                     total += size
                     remaining -= size
                     failed = failed or result["error_code"] != 0
+                    if (topic["topic"], p["partition"]) in self.throttled:
+                        throttled_bytes += size
         except BaseException:
             # e.g. EMFILE duplicating a descriptor: give back the regions already taken.
             close_regions(response)
             raise
         if final or failed or total >= self.body["min_bytes"]:
+            if throttled_bytes:
+                self.logs.replicas.leader_quota.record(throttled_bytes)
             return response
         close_regions(response)
         return None
@@ -146,6 +156,12 @@ class FetchWork:
                 partition_log = self.logs.leader_log(topic, p["partition"],
                                                      p.get("current_leader_epoch", -1))
             budget = min(p["partition_max_bytes"], remaining)
+            if self.from_follower and self.logs.replicas.leader_throttles(
+                    TopicPartition(topic, p["partition"]), self.replica_id):
+                if self.logs.replicas.leader_quota.exceeded():
+                    budget = 0  # over the leader throttle: positions only, for now
+                else:
+                    self.throttled.add((topic, p["partition"]))
             to_log_end = self.from_follower or self.debugging
             committed = self.read_committed and not to_log_end
             if budget > 0:

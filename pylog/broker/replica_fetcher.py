@@ -18,6 +18,10 @@ again until the replica manager moves it; OFFSET_OUT_OF_RANGE below the leader's
 start (retention ran there) restarts the log at the leader's start. A broken connection
 is re-opened after the backoff. The thread never holds a partition's lock while waiting
 on the network.
+
+Throttled replicas (``follower.replication.throttled.replicas``, while this replica is out
+of the ISR) count against the follower throttle; while it is over its rate they are left out
+of the fetch for a backoff (see pylog.broker.replication_quota).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from pylog.broker.replication_quota import ReplicationQuota
 from pylog.client.connection import BrokerConnection
 from pylog.errors import KafkaError, PylogError
 from pylog.log import Log
@@ -60,7 +65,9 @@ class ReplicaFetcher(threading.Thread):
                  address_of: Callable[[int], BrokerEndpoint | None], *,
                  max_wait_ms: int = 500, max_bytes: int = 10 * 1024 * 1024,
                  partition_max_bytes: int = 1024 * 1024, backoff_ms: int = 200,
-                 security=None, clock: Callable[[], float] = time.monotonic) -> None:
+                 security=None, quota: ReplicationQuota | None = None,
+                 throttles: Callable[[TopicPartition], bool] = lambda tp: False,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(name=f"pylog-replica-fetcher-{local_id}-from-{leader_id}", daemon=True)
         self.local_id = local_id
         self.leader_id = leader_id
@@ -71,6 +78,8 @@ class ReplicaFetcher(threading.Thread):
         self._backoff = backoff_ms / 1000
         self._clock = clock
         self._security = security  # the inter-broker listener's client settings
+        self._quota = quota  # the follower replication throttle
+        self._throttles = throttles  # which partitions it applies to, now
         self._cond = threading.Condition()
         self._targets: dict[TopicPartition, FetchTarget] = {}
         self._stopping = False
@@ -226,6 +235,13 @@ class ReplicaFetcher(threading.Thread):
 
     def _fetch(self, connection: BrokerConnection) -> None:
         due = self._due(truncated=True)
+        throttled = set()
+        if self._quota is not None and self._quota.active:
+            throttled = {tp for tp in due if self._throttles(tp)}
+            if throttled and self._quota.exceeded():
+                for tp in throttled:  # over the follower throttle: wait, fetch the others
+                    self._back_off(due.pop(tp))
+                throttled = set()
         if not due:
             return
         response = connection.request(ApiKey.FETCH, {
@@ -245,6 +261,8 @@ class ReplicaFetcher(threading.Thread):
                 tp = TopicPartition(topic["topic"], p["partition_index"])
                 target = due.get(tp)
                 if target is not None and self._still(tp, target):
+                    if tp in throttled and p["records"] is not None:
+                        self._quota.record(len(p["records"]))
                     self._apply(connection, tp, target, p)
 
     def _apply(self, connection: BrokerConnection, tp: TopicPartition, target: FetchTarget,

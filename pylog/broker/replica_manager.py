@@ -28,6 +28,7 @@ from typing import Callable
 from pylog.broker.partitions import PartitionLogs
 from pylog.broker.replica import PartitionReplica, Role
 from pylog.broker.replica_fetcher import FetchTarget, ReplicaFetcher
+from pylog.broker.replication_quota import UNLIMITED, ReplicationQuota, is_throttled
 from pylog.cluster.metadata import NO_LEADER
 from pylog.errors import (
     FencedLeaderEpochError, NotEnoughReplicasError, NotLeaderOrFollowerError,
@@ -64,15 +65,24 @@ class ReplicaManager:
                  fetch_partition_max_bytes: int = 1024 * 1024, fetch_backoff_ms: int = 200,
                  wake: Callable[[TopicPartition], None] = lambda tp: None,
                  listener: str = "PLAINTEXT", security=None,
+                 leader_throttle_rate: int = UNLIMITED, follower_throttle_rate: int = UNLIMITED,
+                 quota_samples: int = 11, quota_window_s: float = 1.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.logs = logs
         self.listener = listener
         self.metadata = metadata
         self.local_id = metadata.local_broker_id
         self._lag_s = lag_time_ms / 1000
+        # Replication throttles (KIP-73): what this broker sends as a leader and fetches
+        # as a follower for the replicas its topics' throttled-replicas configs name.
+        self.leader_quota = ReplicationQuota(leader_throttle_rate, quota_samples,
+                                             quota_window_s, clock)
+        self.follower_quota = ReplicationQuota(follower_throttle_rate, quota_samples,
+                                               quota_window_s, clock)
         self._fetch_settings = dict(max_wait_ms=fetch_wait_max_ms, max_bytes=fetch_max_bytes,
                                     partition_max_bytes=fetch_partition_max_bytes,
-                                    backoff_ms=fetch_backoff_ms, security=security)
+                                    backoff_ms=fetch_backoff_ms, security=security,
+                                    quota=self.follower_quota, throttles=self.follower_throttles)
         self._wake = wake
         self._clock = clock
         self._lock = threading.RLock()
@@ -414,6 +424,35 @@ class ReplicaManager:
         if replica.record_follower_start(replica_id, log_start_offset):
             self._wake(tp)  # a DeleteRecords may be waiting for this follower's start
         return replica.log
+
+    def set_throttle_rates(self, leader: int, follower: int) -> None:
+        """``leader.replication.throttled.rate`` and ``follower.replication.throttled.rate``
+        changed (dynamic broker configs)."""
+        self.leader_quota.set_rate(leader)
+        self.follower_quota.set_rate(follower)
+
+    def leader_throttles(self, tp: TopicPartition, replica_id: int) -> bool:
+        """Whether this broker, leading ``tp``, sends it to follower ``replica_id`` within
+        the leader throttle: a rate is set, the topic's
+        ``leader.replication.throttled.replicas`` names this broker for the partition, and
+        the follower is out of the ISR."""
+        if not self.leader_quota.active:
+            return False
+        replica = self._replicas.get(tp)
+        return replica is not None and replica_id not in replica.isr and is_throttled(
+            replica.log.config.leader_replication_throttled_replicas, tp.partition,
+            self.local_id)
+
+    def follower_throttles(self, tp: TopicPartition) -> bool:
+        """Whether this broker fetches ``tp`` within the follower throttle: a rate is set,
+        the topic's ``follower.replication.throttled.replicas`` names this broker for the
+        partition, and this replica is out of the ISR."""
+        if not self.follower_quota.active:
+            return False
+        replica = self._replicas.get(tp)
+        return replica is not None and self.local_id not in replica.isr and is_throttled(
+            replica.log.config.follower_replication_throttled_replicas, tp.partition,
+            self.local_id)
 
     def end_offset_for_epoch(self, tp: TopicPartition, current_leader_epoch: int,
                              epoch: int) -> tuple[int, int]:

@@ -248,7 +248,11 @@ class Broker:
                 fetch_partition_max_bytes=config["replica.fetch.max.bytes"],
                 fetch_backoff_ms=config["replica.fetch.backoff.ms"], wake=waiters.notify,
                 listener=config.inter_broker_listener_name,
-                security=inter_broker)
+                security=inter_broker,
+                leader_throttle_rate=initial["leader.replication.throttled.rate"],
+                follower_throttle_rate=initial["follower.replication.throttled.rate"],
+                quota_samples=config["replication.quota.window.num"],
+                quota_window_s=config["replication.quota.window.size.seconds"])
             logs.replicas = self.replicas
             self.metadata.add_listener(self.replicas.on_metadata_change)
             self.replicas.start()
@@ -310,9 +314,12 @@ class Broker:
 
     def _reconfigure(self, logs: PartitionLogs, quotas: ConnectionQuotas):
         """What applies a change of the dynamic broker configs."""
-        manager, metadata = self.manager, self.metadata
+        manager, metadata, replicas = self.manager, self.metadata, self.replicas
+        throttles = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
 
         def apply(old: BrokerConfig, new: BrokerConfig) -> None:
+            if replicas is not None and any(new[key] != old[key] for key in throttles):
+                replicas.set_throttle_rates(*(new[key] for key in throttles))
             if new.log_config != old.log_config:
                 manager.default_config = new.log_config
                 logs.set_default_config(new.log_config)

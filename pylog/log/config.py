@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Mapping
 
 from pylog.errors import ConfigError
@@ -112,6 +113,12 @@ class LogConfig:
     """The level of lz4 recompression: 1-17."""
     compression_zstd_level: int = ZSTD_DEFAULT_LEVEL
     """The level of zstd recompression: -131072-22."""
+    leader_replication_throttled_replicas: str = ""
+    """``partition:broker`` pairs, or ``*``: a broker named for a partition sends it to
+    out-of-sync followers within its ``leader.replication.throttled.rate`` (KIP-73)."""
+    follower_replication_throttled_replicas: str = ""
+    """As ``leader_replication_throttled_replicas``, for the brokers that fetch the
+    partition as out-of-sync followers within ``follower.replication.throttled.rate``."""
 
     # Derived in __post_init__, read on every append.
     log_append_time: bool = field(init=False, repr=False, compare=False)
@@ -281,6 +288,8 @@ _KAFKA_NAMES = {
     "compression.gzip.level": "compression_gzip_level",
     "compression.lz4.level": "compression_lz4_level",
     "compression.zstd.level": "compression_zstd_level",
+    "leader.replication.throttled.replicas": "leader_replication_throttled_replicas",
+    "follower.replication.throttled.replicas": "follower_replication_throttled_replicas",
 }
 # Every topic config a LogConfig takes, by its Kafka name.
 TOPIC_CONFIG_NAMES = tuple(_KAFKA_NAMES)
@@ -289,9 +298,54 @@ CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
 _FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(LogConfig) if f.init}
 _OPTIONAL = {"flush_messages", "flush_ms", "retention_ms", "retention_bytes"}
 _BOOLEANS = ("expose_unflushed", "unclean_leader_election", "preallocate")
+_THROTTLED_REPLICAS = ("leader_replication_throttled_replicas",
+                       "follower_replication_throttled_replicas")
+
+
+THROTTLE_ALL = "*"
+
+
+@lru_cache(maxsize=1024)
+def throttled_replicas(value: str) -> frozenset[tuple[int, int]] | str:
+    """A ``*.replication.throttled.replicas`` value as ``{(partition, broker)}``, or ``*``.
+
+    >>> sorted(throttled_replicas("0:101, 1:102"))
+    [(0, 101), (1, 102)]
+    """
+    text = value.strip()
+    if text == THROTTLE_ALL:
+        return THROTTLE_ALL
+    pairs = set()
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        partition, colon, broker = item.partition(":")
+        if not colon or not partition.strip().isdigit() or not broker.strip().isdigit():
+            raise ValueError(item)
+        pairs.add((int(partition), int(broker)))
+    return frozenset(pairs)
+
+
+def parse_throttled_replicas(key: str, raw: object) -> str:
+    """A topic config value checked as Kafka's ThrottledReplicaListValidator does, written
+    back normalised (no spaces)."""
+    text = str(raw).strip()
+    try:
+        pairs = throttled_replicas(text)
+    except ValueError as error:
+        raise ConfigError(key, f"must be the literal '*' or a list of replicas in the format "
+                               f"[partitionId]:[brokerId],[partitionId]:[brokerId],...; "
+                               f"{str(error)!r} is neither") from None
+    if pairs == THROTTLE_ALL:
+        return THROTTLE_ALL
+    return ",".join(item.strip() for item in text.split(",") if item.strip())
+
 
 
 def _parse_value(key: str, field: str, raw: object) -> object:
+    if field in _THROTTLED_REPLICAS:
+        return parse_throttled_replicas(key, raw)
     if field == "cleanup_policy":
         return parse_cleanup_policy(key, raw)
     if field in ("timestamp_type", "message_format_version"):

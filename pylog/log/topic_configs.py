@@ -64,6 +64,12 @@ TOPIC_CONFIGS: dict[str, TopicConfigKey] = {key.name: key for key in (
          "log.flush.interval.ms"),
     _key("index.interval.bytes", "int", "log bytes between two offset index entries",
          "log.index.interval.bytes"),
+    _key("follower.replication.throttled.replicas", "list",
+         "partition:broker pairs, or *: those brokers fetch those partitions as out-of-sync "
+         "followers within follower.replication.throttled.rate"),
+    _key("leader.replication.throttled.replicas", "list",
+         "partition:broker pairs, or *: those brokers, leading those partitions, send them "
+         "to out-of-sync followers within leader.replication.throttled.rate"),
     _key("max.compaction.lag.ms", "long",
          "compact records at most this long after they are written, whatever the dirty "
          "ratio", "log.cleaner.max.compaction.lag.ms"),

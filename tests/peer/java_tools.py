@@ -1,5 +1,8 @@
 """Running Apache Kafka's own Java tools and clients as child processes.
 
+``KafkaTools`` runs one command-line tool against pylog and against Apache Kafka at once,
+for side-by-side comparisons of what a user sees.
+
 ``java -cp <kafka jars> org.apache.kafka.tools.<Tool>`` is what ``kafka-topics.sh`` and its
 siblings run. The long-running ones Kafka's system tests drive (VerifiableProducer,
 VerifiableConsumer, TransactionalMessageCopier) print one JSON object per line; a
@@ -9,12 +12,16 @@ VerifiableConsumer, TransactionalMessageCopier) print one JSON object per line; 
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from pylog.testing.apache_kafka import kafka_classpath
 from pylog.testing.waiting import wait_until
 
 TOOLS = "org.apache.kafka.tools."
@@ -130,3 +137,83 @@ class JavaClient:
         main_class = next(i for i, a in enumerate(self.argv) if a.startswith("org.apache."))
         return (f"command: {' '.join(self.argv[main_class:])}\nlast output: {tail}\n"
                 f"stderr:\n{stderr}")
+
+
+@dataclass(frozen=True)
+class Side:
+    """One broker the tools talk to: its name in assertion messages, bootstrap and node id."""
+
+    name: str
+    bootstrap: str
+    broker_id: int
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class KafkaTools:
+    """Runs one tool command against pylog and Kafka at once (two JVMs, two cores)."""
+
+    def __init__(self, pylog: Side, kafka: Side, work_dir: Path) -> None:
+        self.sides = (pylog, kafka)
+        self.work_dir = work_dir
+        self.log_config = write_log_config(work_dir)
+        self.classpath = kafka_classpath()
+
+    def argv(self, side: Side, main_class: str, args: list[str]) -> list[str]:
+        """``args`` may name ``{bootstrap}`` and ``{broker_id}``, filled in for ``side``."""
+        return java_argv(self.classpath, self.log_config, main_class, [
+            a.format(bootstrap=side.bootstrap, broker_id=side.broker_id) for a in args])
+
+    def run(self, side: Side, main_class: str, args: list[str], stdin: str | None = None,
+            timeout: float = 60.0) -> ToolRun:
+        done = subprocess.run(self.argv(side, main_class, args), input=stdin,
+                              capture_output=True, text=True, timeout=timeout)
+        return ToolRun(done.returncode, done.stdout, done.stderr)
+
+    def start(self, side: Side, main_class: str, args: list[str]) -> subprocess.Popen:
+        """A tool that keeps running (a console consumer); the caller stops it."""
+        return subprocess.Popen(self.argv(side, main_class, args), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+
+    def both(self, main_class: str, *args: str, stdin: str | None = None,
+             ok: bool = True) -> tuple[ToolRun, ToolRun]:
+        """(pylog's run, Kafka's run); with ``ok``, both must exit 0."""
+        with ThreadPoolExecutor(2) as pool:
+            runs = list(pool.map(lambda side: self.run(side, main_class, list(args), stdin),
+                                 self.sides))
+        if ok:
+            for side, run in zip(self.sides, runs):
+                assert run.returncode == 0, (
+                    f"{main_class.rsplit('.', 1)[-1]} {' '.join(args)} failed on {side.name} "
+                    f"({run.returncode}):\n{run.stdout}\n{run.stderr}")
+        return runs[0], runs[1]
+
+
+def rows(text: str) -> list[list[str]]:
+    """A tool's table as cells: split on tabs (TransactionsCommand) or runs of spaces."""
+    table = []
+    for line in text.splitlines():
+        if line.strip():
+            cells = line.split("\t") if "\t" in line else re.split(r"\s{2,}", line.strip())
+            table.append([cell.strip() for cell in cells if cell.strip()])
+    return table
+
+
+def error_class(run: ToolRun) -> str:
+    """The Kafka exception a failed tool names on stderr, e.g. ``TopicExistsException``."""
+    match = re.search(r"org\.apache\.kafka\.common\.errors\.(\w+)|java\.lang\.(\w+Exception)",
+                      run.stderr + run.stdout)
+    assert match, f"no exception named in:\n{run.stderr}"
+    return match.group(1) or match.group(2)
+
+
+def error_message(run: ToolRun) -> str:
+    """What the tool printed of the broker's error: the message after the exception's name."""
+    match = re.search(r"org\.apache\.kafka\.common\.errors\.\w+: (.*)", run.stderr + run.stdout)
+    assert match, f"no error message in:\n{run.stderr}"
+    return match.group(1).strip()

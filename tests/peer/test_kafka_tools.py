@@ -16,18 +16,14 @@ groups``, which pylog refuses).
 from __future__ import annotations
 
 import re
-import subprocess
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 
-from pylog.testing.apache_kafka import apache_kafka_fixture, kafka_classpath
+from pylog.testing.apache_kafka import apache_kafka_fixture
 from pylog.testing.broker import broker_fixture
 from pylog.testing.waiting import wait_until
-from tests.peer.java_tools import TOOLS, java_argv, write_log_config
+from tests.peer.java_tools import TOOLS, KafkaTools, Side, error_class, error_message, rows
 
 TOPICS = TOOLS + "TopicCommand"
 CONSOLE_PRODUCER = TOOLS + "ConsoleProducer"
@@ -48,75 +44,10 @@ broker = broker_fixture(scope="module", overrides={
 kafka = apache_kafka_fixture(scope="module", nodes=1)
 
 
-@dataclass(frozen=True)
-class Side:
-    """One broker the tools talk to: its name in assertion messages, bootstrap and node id."""
-
-    name: str
-    bootstrap: str
-    broker_id: int
-
-
-@dataclass(frozen=True)
-class ToolRun:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-class KafkaTools:
-    """Runs one tool command against pylog and Kafka at once (two JVMs, two cores)."""
-
-    def __init__(self, pylog: Side, kafka: Side, work_dir: Path) -> None:
-        self.sides = (pylog, kafka)
-        self.work_dir = work_dir
-        self.log_config = write_log_config(work_dir)
-        self.classpath = kafka_classpath()
-
-    def argv(self, side: Side, main_class: str, args: list[str]) -> list[str]:
-        """``args`` may name ``{bootstrap}`` and ``{broker_id}``, filled in for ``side``."""
-        return java_argv(self.classpath, self.log_config, main_class, [
-            a.format(bootstrap=side.bootstrap, broker_id=side.broker_id) for a in args])
-
-    def run(self, side: Side, main_class: str, args: list[str], stdin: str | None = None,
-            timeout: float = 60.0) -> ToolRun:
-        done = subprocess.run(self.argv(side, main_class, args), input=stdin,
-                              capture_output=True, text=True, timeout=timeout)
-        return ToolRun(done.returncode, done.stdout, done.stderr)
-
-    def start(self, side: Side, main_class: str, args: list[str]) -> subprocess.Popen:
-        """A tool that keeps running (a console consumer); the caller stops it."""
-        return subprocess.Popen(self.argv(side, main_class, args), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-
-    def both(self, main_class: str, *args: str, stdin: str | None = None,
-             ok: bool = True) -> tuple[ToolRun, ToolRun]:
-        """(pylog's run, Kafka's run); with ``ok``, both must exit 0."""
-        with ThreadPoolExecutor(2) as pool:
-            runs = list(pool.map(lambda side: self.run(side, main_class, list(args), stdin),
-                                 self.sides))
-        if ok:
-            for side, run in zip(self.sides, runs):
-                assert run.returncode == 0, (
-                    f"{main_class.rsplit('.', 1)[-1]} {' '.join(args)} failed on {side.name} "
-                    f"({run.returncode}):\n{run.stdout}\n{run.stderr}")
-        return runs[0], runs[1]
-
-
 @pytest.fixture(scope="module")
 def tools(broker, kafka, tmp_path_factory):
     return KafkaTools(Side("pylog", broker.bootstrap, 0), Side("kafka", kafka.bootstrap, 1),
                       tmp_path_factory.mktemp("kafka-tools"))
-
-
-def rows(text: str) -> list[list[str]]:
-    """A tool's table as cells: split on tabs (TransactionsCommand) or runs of spaces."""
-    table = []
-    for line in text.splitlines():
-        if line.strip():
-            cells = line.split("\t") if "\t" in line else re.split(r"\s{2,}", line.strip())
-            table.append([cell.strip() for cell in cells if cell.strip()])
-    return table
 
 
 def normalise_describe(text: str) -> list[str]:
@@ -131,21 +62,6 @@ def normalise_describe(text: str) -> list[str]:
             line = line[:match.start(1)] + ",".join(sorted(configs)) + line[match.end(1):]
         lines.append(line)
     return lines
-
-
-def error_class(run: ToolRun) -> str:
-    """The Kafka exception a failed tool names on stderr, e.g. ``TopicExistsException``."""
-    match = re.search(r"org\.apache\.kafka\.common\.errors\.(\w+)|java\.lang\.(\w+Exception)",
-                      run.stderr + run.stdout)
-    assert match, f"no exception named in:\n{run.stderr}"
-    return match.group(1) or match.group(2)
-
-
-def error_message(run: ToolRun) -> str:
-    """What the tool printed of the broker's error: the message after the exception's name."""
-    match = re.search(r"org\.apache\.kafka\.common\.errors\.\w+: (.*)", run.stderr + run.stdout)
-    assert match, f"no error message in:\n{run.stderr}"
-    return match.group(1).strip()
 
 
 def create_topic(tools: KafkaTools, topic: str, partitions: int) -> None:
