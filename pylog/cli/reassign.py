@@ -17,11 +17,15 @@ refused while another reassignment is in progress; nothing is written when a che
 
 With --bootstrap-server instead of --zookeeper the tool asks a broker, as Kafka 3's tool
 does (Metadata, AlterPartitionReassignments, ListPartitionReassignments): --execute then
-adds its partitions to a reassignment already under way instead of being refused.
+adds its partitions to a reassignment already under way instead of being refused, and
+--throttle BYTES/S caps their replication (KIP-73): the rate, each way, on every broker
+holding or getting one of their replicas, and on each topic the replicas it applies to.
+Executing again with another --throttle changes the rate of a move under way.
 
 --verify prints, per partition of the plan, whether its reassignment is completed, still
 in progress, or failed (no longer pending, yet the replicas differ from the plan).
-Exit status: 0 when every partition is completed, 1 otherwise.
+Exit status: 0 when every partition is completed, 1 otherwise. Once every partition is
+completed and nothing else is moving, it removes the throttles (--preserve-throttles: not).
 
 File formats (those of kafka-reassign-partitions.sh):
 
@@ -82,6 +86,12 @@ def register(subparsers) -> None:
                         help="--generate: the broker ids to place the topics over")
     parser.add_argument("--reassignment-json-file", metavar="FILE",
                         help="--execute, --verify: the partitions and their new replicas")
+    parser.add_argument("--throttle", metavar="BYTES/S", type=int,
+                        help="--execute with --bootstrap-server: cap the replication of the "
+                             "moving partitions at this rate (per broker, each way) until "
+                             "--verify finds them all moved")
+    parser.add_argument("--preserve-throttles", action="store_true",
+                        help="--verify: leave the throttles in place when all moves are done")
     parser.set_defaults(func=run)
 
 
@@ -98,7 +108,7 @@ def run(args) -> int:
 # -- the three modes ------------------------------------------------------------------
 
 def generate(args) -> int:
-    _refuse(args, "--generate", "--reassignment-json-file")
+    _refuse(args, "--generate", "--reassignment-json-file", "--throttle")
     source = _require(args, "--generate", "--topics-to-move-json-file")
     _require(args, "--generate", "--broker-list")
     broker_ids = parse_broker_list(args.broker_list)
@@ -123,6 +133,14 @@ def generate(args) -> int:
 
 
 def execute(args) -> int:
+    if args.preserve_throttles:
+        raise ConfigError("--preserve-throttles", "not valid with --execute")
+    if args.throttle is not None:
+        if args.zookeeper is not None:
+            raise ConfigError("--throttle", "needs --bootstrap-server (the brokers set the "
+                                            "throttles as dynamic configs)")
+        if args.throttle < 1:
+            raise ConfigError("--throttle", f"must be at least 1 byte/s, got {args.throttle}")
     plan, source = _read_plan(args, "--execute")
     with _cluster(args) as cluster:
         cluster.check_can_start()
@@ -135,25 +153,38 @@ def execute(args) -> int:
         print(_json(current))
         print()
         print("Save this to use as the --reassignment-json-file option during rollback")
+        if args.throttle is not None:
+            brokers = cluster.set_throttles(plan, assignments, args.throttle)
         cluster.start(plan)
     print("Successfully started reassignment of partitions "
           + ",".join(str(tp) for tp in sorted(r.tp for r in plan)))
+    if args.throttle is not None:
+        print(f"The inter-broker throttle limit was set to {args.throttle} B/s on brokers "
+              f"{_ids(brokers)}; run --verify until the reassignment completes, which "
+              f"removes it")
     return 0
 
 
 def verify(args) -> int:
+    _refuse(args, "--verify", "--throttle")
     plan, _ = _read_plan(args, "--verify")
     with _cluster(args) as cluster:
         pending = cluster.pending()
         assignments = cluster.assignments(sorted({r.topic for r in plan}))
-    print("Status of partition reassignment:")
-    statuses = []
-    for requested in plan:
-        current = assignments.get(requested.topic, {}).get(requested.partition)
-        status = reassignment_status(requested, pending, current)
-        statuses.append(status)
-        print(status_line(requested, status, current))
-    return 0 if all(s is ReassignmentStatus.COMPLETED for s in statuses) else 1
+        print("Status of partition reassignment:")
+        statuses = []
+        for requested in plan:
+            current = assignments.get(requested.topic, {}).get(requested.partition)
+            status = reassignment_status(requested, pending, current)
+            statuses.append(status)
+            print(status_line(requested, status, current))
+        done = all(s is ReassignmentStatus.COMPLETED for s in statuses)
+        # As Kafka's tool: once nothing is moving any more, no throttle is left behind.
+        if done and not pending and not args.preserve_throttles and args.zookeeper is None:
+            cleared = cluster.clear_throttles(sorted({r.topic for r in plan}))
+            if cleared:
+                print("Cleared the replication throttles on " + "; ".join(cleared))
+    return 0 if done else 1
 
 
 # -- pure parts ------------------------------------------------------------------------
@@ -266,6 +297,54 @@ class _BrokerCluster:
     def check_can_start(self) -> None:
         pass
 
+    def set_throttles(self, plan: list[PartitionReassignment],
+                      assignments: Mapping[str, Mapping[int, tuple[int, ...]]],
+                      rate: int) -> list[int]:
+        """Throttle the moving partitions as Kafka's tool does: ``rate`` each way on every
+        broker that holds or gets one of their replicas; on each topic, its current replicas
+        as the leader side and the ones being added as the follower side. Returns the
+        brokers."""
+        leaders: dict[str, set[str]] = {}
+        followers: dict[str, set[str]] = {}
+        brokers: set[int] = set()
+        for r in plan:
+            current = assignments[r.topic][r.partition]
+            if set(current) == set(r.replicas):
+                continue
+            brokers |= set(current) | set(r.replicas)
+            leaders.setdefault(r.topic, set()).update(f"{r.partition}:{b}" for b in current)
+            followers.setdefault(r.topic, set()).update(
+                f"{r.partition}:{b}" for b in r.replicas if b not in current)
+        for broker_id in sorted(brokers):
+            self.admin.incremental_alter_configs("broker", str(broker_id), set_configs={
+                key: str(rate) for key in THROTTLE_RATES})
+        for topic in sorted(leaders):
+            self.admin.incremental_alter_configs("topic", topic, set_configs={
+                LEADER_REPLICAS: ",".join(sorted(leaders[topic], key=_pair)),
+                FOLLOWER_REPLICAS: ",".join(sorted(followers[topic], key=_pair))})
+        return sorted(brokers)
+
+    def clear_throttles(self, topics: list[str]) -> list[str]:
+        """Remove the throttle rates from every broker that has one and the throttled
+        replicas from ``topics``; what was cleared, for the user."""
+        cleared = []
+        for broker_id in self.admin.brokers():
+            entries = self.admin.describe_configs("broker", str(broker_id), THROTTLE_RATES,
+                                                  synonyms=False)
+            if any(e.is_dynamic for e in entries if e.name in THROTTLE_RATES):
+                self.admin.incremental_alter_configs("broker", str(broker_id),
+                                                     delete_configs=THROTTLE_RATES)
+                cleared.append(f"broker {broker_id}")
+        for topic in topics:
+            entries = self.admin.describe_configs("topic", topic,
+                                                  (LEADER_REPLICAS, FOLLOWER_REPLICAS),
+                                                  synonyms=False)
+            if any(e.is_dynamic for e in entries):
+                self.admin.incremental_alter_configs(
+                    "topic", topic, delete_configs=(LEADER_REPLICAS, FOLLOWER_REPLICAS))
+                cleared.append(f"topic {topic}")
+        return cleared
+
     def start(self, plan: list[PartitionReassignment]) -> None:
         results = self.admin.alter_partition_reassignments({r.tp: r.replicas for r in plan})
         failed = [(tp, error) for tp, error in sorted(results.items()) if error is not None]
@@ -273,6 +352,16 @@ class _BrokerCluster:
             tp, error = failed[0]
             raise type(error)(f"{tp}: {error}" + (f" (and {len(failed) - 1} more)"
                                                   if len(failed) > 1 else ""))
+
+
+THROTTLE_RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+LEADER_REPLICAS = "leader.replication.throttled.replicas"
+FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
+
+
+def _pair(item: str) -> tuple[int, int]:
+    partition, broker = item.split(":")
+    return int(partition), int(broker)
 
 
 @contextmanager

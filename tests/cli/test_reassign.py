@@ -275,6 +275,12 @@ def test_a_bad_plan_writes_nothing(cluster, zk_connect, tmp_path, text, needle):
     (("--generate", "--broker-list", "1"), "--topics-to-move-json-file: required with --generate"),
     (("--execute", "--reassignment-json-file", "p.json", "--broker-list", "1"),
      "--broker-list: not valid with --execute"),
+    (("--execute", "--reassignment-json-file", "p.json", "--throttle", "1000"),
+     "--throttle: needs --bootstrap-server"),
+    (("--verify", "--reassignment-json-file", "p.json", "--throttle", "1000"),
+     "--throttle: not valid with --verify"),
+    (("--execute", "--reassignment-json-file", "p.json", "--preserve-throttles"),
+     "--preserve-throttles: not valid with --execute"),
 ])
 def test_option_mistakes_are_one_line(zk_connect, args, needle):
     one_error_line(reassign(zk_connect, *args), "partitions", needle)

@@ -8,10 +8,14 @@ ReassignPartitionsCommand --throttle, next to Apache Kafka.)
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
-                                   NewTopic)
+                                   ConfigSource, NewTopic)
 from kafka import TopicPartition as KpPartition
 from kafka.admin import KafkaAdminClient
 
@@ -85,3 +89,64 @@ def test_a_moving_replica_waits_for_the_throttle(cluster, side):
           **{f"{side}_replication_throttled_rate": str(10**9)})
     wait_until(lambda: replica_bytes(cluster, 3) == replica_bytes(cluster, 1), timeout=60,
                message="the new replica to catch up once the throttle is raised")
+
+
+def pylog_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pylog.cli.main", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_pylog_reassign_with_a_throttle(cluster, tmp_path):
+    """``pylog partitions reassign --execute --throttle``: rates on the brokers of the move,
+    replicas on the topic; the new replica waits; executing again with a higher throttle lets
+    it finish; ``--verify`` then reports it completed and removes every throttle."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap()})
+    admin.create_topics([NewTopic(TOPIC, 1, -1, replica_assignment=[[1, 2]])])[TOPIC].result(30)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap(), "linger.ms": 20})
+    for _ in range(RECORDS):
+        producer.produce(TOPIC, b"x" * SIZE)
+    assert producer.flush(60) == 0
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": TOPIC, "partition": 0, "replicas": [3, 1]}]}))
+    reassign = ("partitions", "reassign", "--bootstrap-server", cluster.bootstrap(),
+                "--reassignment-json-file", str(plan))
+
+    started = pylog_cli(*reassign, "--execute", "--throttle", "10000")
+    assert started.returncode == 0, started.stderr
+    assert "The inter-broker throttle limit was set to 10000 B/s on brokers 1,2,3" in started.stdout
+    topic_configs = describe(admin, ConfigResource.Type.TOPIC, TOPIC)
+    assert topic_configs["leader.replication.throttled.replicas"] == "0:1,0:2"
+    assert topic_configs["follower.replication.throttled.replicas"] == "0:3"
+    for broker_id in (1, 2, 3):
+        assert describe(admin, ConfigResource.Type.BROKER, str(broker_id))[
+            "follower.replication.throttled.rate"] == "10000"
+
+    wait_until(lambda: replica_bytes(cluster, 3) > 0, message="the new replica's first fetch")
+    moving = pylog_cli(*reassign, "--verify")
+    assert moving.returncode == 1 and "is still in progress" in moving.stdout, moving.stdout
+    assert replica_bytes(cluster, 3) <= 1.1 * MIB
+
+    raised = pylog_cli(*reassign, "--execute", "--throttle", str(10**9))
+    assert raised.returncode == 0, raised.stderr
+
+    def verified():
+        done = pylog_cli(*reassign, "--verify")
+        return done if done.returncode == 0 else None
+    done = wait_until(verified, timeout=60, message="the move to complete")
+    assert "Reassignment of partition throttled-0 is completed" in done.stdout
+    assert ("Cleared the replication throttles on broker 1; broker 2; broker 3; "
+            "topic throttled") in done.stdout
+    assert not any(key.endswith("throttled.replicas")
+                   for key in describe(admin, ConfigResource.Type.TOPIC, TOPIC))
+    assert not any("throttled" in key
+                   for key in describe(admin, ConfigResource.Type.BROKER, "3"))
+    assert replica_bytes(cluster, 3) == replica_bytes(cluster, 1)
+
+
+def describe(admin: AdminClient, kind: ConfigResource.Type, name: str) -> dict[str, str]:
+    """The configs set on the resource itself (dynamic ones)."""
+    [future] = admin.describe_configs([ConfigResource(kind, name)]).values()
+    return {entry.name: entry.value for entry in future.result(30).values()
+            if entry.source in (ConfigSource.DYNAMIC_TOPIC_CONFIG.value,
+                                ConfigSource.DYNAMIC_BROKER_CONFIG.value)}
