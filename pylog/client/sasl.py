@@ -17,12 +17,15 @@ import scramp
 
 from pylog.errors import KafkaError, UnsupportedVersionError, raise_for_code
 from pylog.protocol import ApiKey
+from pylog.security.scram import accept_kafkas_salts
 
 if TYPE_CHECKING:
     from pylog.client.connection import BrokerConnection
     from pylog.client.security import SecurityConfig
 
 SaslAuthenticationFailedError = KafkaError.for_code(58)
+
+accept_kafkas_salts()  # a Kafka credential may have any salt; its server-first carries it
 
 
 def authenticate(connection: "BrokerConnection", security: "SecurityConfig") -> None:

@@ -44,10 +44,12 @@ from pylog.security import scram_admin
 from pylog.security.credentials import CredentialStore
 from pylog.security.scram import (
     DEFAULT_ITERATIONS, MAX_ITERATIONS, MECHANISMS, MIN_ITERATIONS, MIN_SALT_BYTES,
-    SCRAM_SHA_256, SCRAM_SHA_512, ScramCredential, ScramMechanism)
+    SCRAM_SHA_256, SCRAM_SHA_512, ScramCredential, ScramMechanism, accept_kafkas_salts)
 
 if TYPE_CHECKING:
     from pylog.broker.session import Session
+
+accept_kafkas_salts()
 
 log = logging.getLogger(__name__)
 

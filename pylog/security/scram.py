@@ -29,8 +29,18 @@ from dataclasses import dataclass
 MIN_ITERATIONS = 4096
 MAX_ITERATIONS = 16384
 DEFAULT_ITERATIONS = 4096
-# scramp refuses salts shorter than this; Kafka's own salts are about 26 bytes.
-MIN_SALT_BYTES = 12
+# Kafka takes any salt an administrator gives (AlterUserScramCredentials, kafka-configs.sh
+# --add-config 'SCRAM-SHA-256=[salt=...]'); its own salts are about 26 bytes.
+MIN_SALT_BYTES = 1
+
+
+def accept_kafkas_salts() -> None:
+    """Let scramp's server and client take the salts Kafka takes: scramp refuses salts under
+    12 bytes in server-first (``scramp.core.Salt.MIN_LENGTH``), which would lock out a
+    user whose credential Kafka, and so pylog, accepted."""
+    import scramp.core
+
+    scramp.core.Salt.MIN_LENGTH = MIN_SALT_BYTES
 
 
 @dataclass(frozen=True, slots=True)

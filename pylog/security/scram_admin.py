@@ -10,8 +10,8 @@ empty name or a user without credentials gets RESOURCE_NOT_FOUND, a user named t
 DUPLICATE_RESOURCE. Alter: an empty name or iterations outside 4096..16384 get
 UNACCEPTABLE_CREDENTIAL, an unknown mechanism UNSUPPORTED_SASL_MECHANISM, the same
 (user, mechanism) twice DUPLICATE_RESOURCE, deleting a credential that does not exist
-RESOURCE_NOT_FOUND. pylog also refuses salts shorter than 12 bytes (UNACCEPTABLE_CREDENTIAL)
-because its SCRAM server does; clients generate longer ones.
+RESOURCE_NOT_FOUND. An empty salt gets UNACCEPTABLE_CREDENTIAL; any other is taken, as Kafka
+takes it (pylog.security.scram.accept_kafkas_salts).
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def _upsertion_problem(upsertion: Mapping) -> tuple[int, str] | None:
     if upsertion["iterations"] > MAX_ITERATIONS:
         return UNACCEPTABLE_CREDENTIAL, "Too many iterations"
     if len(upsertion["salt"]) < MIN_SALT_BYTES:
-        return UNACCEPTABLE_CREDENTIAL, f"Salt must be at least {MIN_SALT_BYTES} bytes"
+        return UNACCEPTABLE_CREDENTIAL, "Salt must not be empty"
     return None
 
 

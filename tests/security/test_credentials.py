@@ -112,18 +112,21 @@ def test_alter_and_describe_answer_per_user(tmp_path):
         upsertion("alice"), upsertion("alice", mechanism=2, iterations=8192),
         upsertion(""), upsertion("bad-mech", mechanism=7), upsertion("few", iterations=100),
         upsertion("many", iterations=20000), upsertion("twice"), upsertion("twice"),
-        upsertion("short-salt", salt=b"12345")]})
+        upsertion("short-salt", salt=b"salt"), upsertion("no-salt", salt=b"")]})
     assert codes(response) == {"alice": 0, "": 93, "bad-mech": 33, "few": 93, "many": 93,
-                               "twice": 92, "short-salt": 93}
+                               "twice": 92, "short-salt": 0, "no-salt": 93}
     assert store.credential("alice", "SCRAM-SHA-256").matches(SCRAM_SHA_256, "pw")
     assert store.credential("alice", "SCRAM-SHA-512").iterations == 8192
-    assert set(store.users()) == {"alice"}
+    assert store.credential("short-salt", "SCRAM-SHA-256").salt == b"salt"
+    assert set(store.users()) == {"alice", "short-salt"}
 
     everyone = describe_user_scram_credentials(store, {"users": None})
     assert everyone["error_code"] == 0
     assert everyone["results"] == [{"user": "alice", "error_code": 0, "error_message": None,
                                     "credential_infos": [{"mechanism": 1, "iterations": 4096},
-                                                         {"mechanism": 2, "iterations": 8192}]}]
+                                                         {"mechanism": 2, "iterations": 8192}]},
+                                   {"user": "short-salt", "error_code": 0, "error_message": None,
+                                    "credential_infos": [{"mechanism": 1, "iterations": 4096}]}]
     named = describe_user_scram_credentials(store, {"users": [
         {"name": "alice"}, {"name": "nobody"}, {"name": ""}, {"name": "dup"}, {"name": "dup"}]})
     assert codes(named) == {"alice": 0, "nobody": 91, "": 91, "dup": 92}

@@ -380,6 +380,20 @@ def test_user_added_online_with_confluent_kafka_can_log_in(broker, certs):
         admin.describe_user_scram_credentials(["bob"])["bob"].result(20)
 
 
+def test_a_user_with_a_short_salt_logs_in(broker):
+    """Kafka takes any salt an administrator gives (librdkafka's 0081_admin sets a 4-byte
+    one); so does pylog, and the user can then log in."""
+    admin = admin_client(broker)
+    futures = admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+        "dave", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 10000), b"dave-Secret-5",
+        salt=b"salt")])
+    for future in futures.values():
+        future.result(20)
+    dave = {**librdkafka_settings(broker, None, "SCRAM-SHA-256"), "sasl.username": "dave",
+            "sasl.password": "dave-Secret-5"}
+    assert confluent_roundtrip(dave, topic_name(), 1) == [b"m0"]
+
+
 def test_pylog_users_online_with_command_config(broker, tmp_path):
     config = tmp_path / "admin.properties"
     config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
