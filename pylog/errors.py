@@ -252,7 +252,11 @@ class BatchCrcError(CorruptRecordError):
 
 
 class UnsupportedMagicError(CorruptRecordError):
-    """The batch's magic byte is not 2 (only the v2 record format is supported)."""
+    """The batch's magic byte is not 2 (only the v2 record format is supported). Produced,
+    it is answered INVALID_RECORD, as Kafka 4 answers a v0/v1 message set."""
+
+    errno = 87
+    name = "INVALID_RECORD"
 
 
 class BatchLengthError(CorruptRecordError):

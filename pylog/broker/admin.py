@@ -16,7 +16,7 @@ from pylog.security.operations import NOT_REQUESTED, all_operations
 from pylog.broker.dynamic_config import DynamicBrokerConfig
 from pylog.broker.partitions import PartitionLogs
 from pylog.cluster.metadata import NO_LEADER, ClusterMetadata, names_by_id
-from pylog.cluster.placement import (INTERNAL_TOPICS, check_partition_growth,
+from pylog.cluster.placement import (INTERNAL_TOPICS, assign_replicas, check_partition_growth,
                                      check_replica_assignment, validate_topic_name)
 from pylog.errors import (
     ConfigError, CoordinatorNotAvailableError, InvalidConfigError, InvalidPartitionsError, InvalidReplicaAssignmentError,
@@ -273,6 +273,9 @@ class AdminHandlers:
                 validate_topic_name(name)
                 if self.metadata.topic(name) is not None:
                     raise TopicAlreadyExistsError(f"Topic {name!r} already exists.")
+                if assignment is None:  # the replication factor the live brokers allow
+                    assign_replicas(partitions, replication,
+                                    [broker.broker_id for broker in self.metadata.brokers()])
             else:
                 created = self.metadata.create_topic(name, partitions, replication, configs,
                                                      assignment=assignment)

@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 SERVED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (0, 9),  # 0-2 advertised for librdkafka, refused per partition
     ApiKey.FETCH: (4, 12),
-    ApiKey.LIST_OFFSETS: (1, 7),
+    ApiKey.LIST_OFFSETS: (1, 9),
     ApiKey.METADATA: (0, 12),
     ApiKey.DESCRIBE_CLUSTER: (0, 2),
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),

@@ -50,6 +50,11 @@ log = logging.getLogger(__name__)
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3  # the record with the largest timestamp (KIP-734, ListOffsets v7)
+EARLIEST_LOCAL = -4  # the first offset in local storage (KIP-405, v8): the log start here
+LATEST_TIERED = -5  # the last offset in tiered storage (KIP-1005, v9): none here
+# The special timestamps each ListOffsets version knows; any other negative one is refused
+# with UNSUPPORTED_VERSION, as Kafka refuses it.
+_SPECIAL_SINCE = {LATEST: 0, EARLIEST: 0, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
 READ_COMMITTED = 1
 DEBUGGING_REPLICA_ID = -2
 MIN_FETCH_VERSION = 4
@@ -227,6 +232,10 @@ def handle_list_offsets(body: dict, version: int, logs: PartitionLogs) -> dict:
                 partitions_out.append(result)
                 continue
             try:
+                timestamp = p["timestamp"]
+                if timestamp < 0 and version < _SPECIAL_SINCE.get(timestamp, version + 1):
+                    raise UnsupportedVersionError(
+                        f"timestamp {timestamp} is not known to ListOffsets v{version}")
                 replica_id = body.get("replica_id", -1)
                 if replica_id == DEBUGGING_REPLICA_ID:
                     partition_log = logs.replica_log(topic["name"], p["partition_index"])
@@ -253,8 +262,10 @@ def handle_list_offsets(body: dict, version: int, logs: PartitionLogs) -> dict:
 def _lookup(partition_log, timestamp: int) -> tuple[int, int]:
     if timestamp == LATEST:
         return partition_log.high_watermark, -1
-    if timestamp == EARLIEST:
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):  # every record is local: no tiered storage
         return partition_log.log_start_offset, -1
+    if timestamp == LATEST_TIERED:  # nothing is tiered
+        return -1, -1
     if timestamp == MAX_TIMESTAMP:
         found = partition_log.batch_of_max_timestamp()
         if found is None:
@@ -274,7 +285,8 @@ def _lookup_committed(partition_log, timestamp: int) -> tuple[int, int]:
     if timestamp == LATEST:
         return stable, -1
     offset, found = _lookup(partition_log, timestamp)
-    return (offset, found) if offset < stable or timestamp == EARLIEST else (-1, -1)
+    return (offset, found) if offset < stable or timestamp in (EARLIEST, EARLIEST_LOCAL) \
+        else (-1, -1)
 
 
 def _first_record_at_or_after(partition_log, batch_offset: int, timestamp: int,

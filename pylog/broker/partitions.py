@@ -124,6 +124,9 @@ class PartitionLogs:
         if state.leader != self.metadata.local_broker_id:
             raise NotLeaderOrFollowerError(f"broker {self.metadata.local_broker_id} does not "
                                            f"lead {tp} (leader {state.leader})")
+        from pylog.broker.replica_manager import check_leader_epoch  # imports this module
+
+        check_leader_epoch(tp, current_leader_epoch, state.leader_epoch)
         if existing is not None:
             return existing
         return self.open_log(topic, partition)
