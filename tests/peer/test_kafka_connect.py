@@ -14,11 +14,17 @@ each run starting at or before where the copy had got to, never after. The sourc
 survive in the compacted offsets topic, so a restarted source resumes from its last flushed
 offset (a second or two of lines again), never from the file's start. Apache Kafka 4.4 does the
 same: ``copy_through_workers_killed`` run by hand on a three-node Kafka, at 40 lines a second,
-had the source repeat 66 lines from line 200 and the sink 40 (pylog, same run: 71 and 40; over
-several runs 40 to 75 and 0 to 40). With ``exactly.once.source.support`` (KIP-618:
-transactional source tasks, zombie fencing) the topic read committed holds every line exactly
-once, on Kafka as on pylog. The connectors' configs survive in the config topic (read back
-from both workers) and both run again.
+had the source repeat 66 and 75 lines from line 200 in two runs and the sink 40 (pylog: 71
+and 40). With ``exactly.once.source.support`` (KIP-618: transactional source tasks, zombie
+fencing) the topic read committed holds every line exactly once, on Kafka as on pylog. The
+connectors' configs survive in the config topic (read back from both workers) and both run
+again.
+
+Last, the offsets through REST (KIP-875): what Connect reads back (the source's byte position
+from the offsets topic, the sink's group offset) is where the copy ended; connectors stopped,
+the source's offset moved back 50 lines and the sink's deleted (its consumer group deleted),
+then resumed, copy exactly those 50 lines again and the whole topic into a new file (on Kafka
+too).
 
 Connect is 4.3.1, the newest whose FileStream connectors are on Maven Central (see
 ``pylog/testing/maven/kafka-connect/pom.xml``).
@@ -92,6 +98,7 @@ def test_file_connectors_through_workers_killed_and_restarted(cluster, start_wor
     workers = start_workers("connect-alo")
     source_runs, _ = copy_through_workers_killed(cluster.bootstrap(), workers, tmp_path,
                                                  "alo", kill=("source", "sink"))
+    copy_again_from_offsets_set_through_rest(cluster.bootstrap(), workers, tmp_path, "alo")
     # The source resumed from offsets it had flushed to the offsets topic: never from the
     # file's start (the first 200 lines were copied, offsets flushed, before any kill), and
     # repeating only the lines it read in the last second or two before the kill.
@@ -109,6 +116,43 @@ def test_exactly_once_source_through_a_worker_killed(cluster, start_workers, tmp
     source_runs, _ = copy_through_workers_killed(cluster.bootstrap(), workers, tmp_path,
                                                  "eos", kill=("source",))
     assert len(source_runs) == 1, f"lines produced twice: {source_runs}"
+    # With exactly-once support, Connect fences the source's zombie producers
+    # (InitProducerId on its transactional ids) before it writes the new offset.
+    copy_again_from_offsets_set_through_rest(cluster.bootstrap(), workers, tmp_path, "eos")
+
+
+def copy_again_from_offsets_set_through_rest(bootstrap: str, workers: list[ConnectWorker],
+                                             tmp_path: Path, name: str) -> None:
+    """Both connectors stopped (``PUT .../stop``), the source's offset moved back 50 lines
+    (``PATCH .../offsets``: a record in the offsets topic), the sink's deleted (``DELETE
+    .../offsets``: its consumer group deleted), both resumed: the source copies the last 50
+    lines again and the sink, into a new file, the whole topic from its start."""
+    first, second = workers
+    source, sink = f"{name}-source", f"{name}-sink"
+    source_file, sink_file = tmp_path / "source.txt", tmp_path / "sink.txt"
+    lines = lines_of(source_file)
+    topic_before, _ = read_topic(bootstrap, f"{name}-lines")
+    for connector in (source, sink):
+        first.request("PUT", f"/connectors/{connector}/stop")
+        wait_until(lambda: connector_state(second, connector) == "STOPPED", timeout=30,
+                   message=f"{connector} STOPPED")
+    position = sum(len(line) + 1 for line in lines[:-50])
+    second.request("PATCH", f"/connectors/{source}/offsets", {"offsets": [
+        {"partition": {"filename": str(source_file)}, "offset": {"position": position}}]})
+    second.request("DELETE", f"/connectors/{sink}/offsets")
+    assert connector_offsets(first, source) == [
+        ({"filename": str(source_file)}, {"position": position})]
+    assert connector_offsets(first, sink) == []
+    sink_file.rename(tmp_path / "sink-before-reset.txt")
+
+    for connector in (source, sink):
+        first.request("PUT", f"/connectors/{connector}/resume")
+    expected = topic_before + lines[-50:]
+    wait_until(lambda: len(lines_of(sink_file)) >= len(expected), timeout=60,
+               message=f"{len(expected)} lines in the new sink file")
+    topic, _ = read_topic(bootstrap, f"{name}-lines")
+    assert topic == expected, "the source did not go back exactly 50 lines"
+    assert lines_of(sink_file) == expected, "the sink did not copy the topic from its start"
 
 
 class LineWriter:
@@ -153,29 +197,40 @@ def create_topic(bootstrap: str, topic: str, replicas: int) -> None:
                message=f"{topic} to have a leader")
 
 
-def read_topic(bootstrap: str, topic: str) -> list[str]:
+def read_topic(bootstrap: str, topic: str) -> tuple[list[str], int]:
+    """The topic's values read committed, and the offset after the last of them."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader",
                          "enable.auto.commit": False})
     end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=15)[1]
     consumer.assign([TopicPartition(topic, 0, 0)])
     values: list[str] = []
+    after_last = 0
     try:
         def caught_up():
+            nonlocal after_last
             for message in consumer.consume(1000, 0.5):
                 assert message.error() is None, message.error()
                 values.append(message.value().decode())
+                after_last = message.offset() + 1
             # The position, not a count: transaction markers take offsets too.
             return consumer.position([TopicPartition(topic, 0)])[0].offset >= end
         wait_until(caught_up, timeout=30, message=f"reading {topic} to offset {end}")
     finally:
         consumer.close()
-    return values
+    return values, after_last
 
 
 def connector_states(worker: ConnectWorker, name: str) -> tuple[str, list[tuple[str, str]]]:
     """(the connector's state, [(task state, worker id)])."""
     status = worker.status(name)
     return status["connector"]["state"], [(t["state"], t["worker_id"]) for t in status["tasks"]]
+
+
+def connector_state(worker: ConnectWorker, name: str) -> str | None:
+    try:
+        return worker.status(name)["connector"]["state"]
+    except (ConnectError, OSError):  # a worker between rebalances answers 404/409 a moment
+        return None
 
 
 def running_on(worker: ConnectWorker, name: str) -> str | None:
@@ -276,7 +331,7 @@ def copy_through_workers_killed(bootstrap: str, workers: list[ConnectWorker], tm
 
     wait_until(lambda: set(lines_of(sink_file)) >= set(expected), timeout=60,
                message=f"all {len(expected)} lines in the sink file")
-    topic = read_topic(bootstrap, topic_name)
+    topic, after_last = read_topic(bootstrap, topic_name)
     sink = lines_of(sink_file)
     source_runs, sink_runs = replay_runs(topic, expected), replay_runs(sink, topic)
     print(f"{name}: {len(expected)} lines; topic {len(topic)} records in runs {source_runs}; "
@@ -297,7 +352,23 @@ def copy_through_workers_killed(bootstrap: str, workers: list[ConnectWorker], tm
                 **config, "name": connector}
             wait_until(lambda: running_on(worker, connector), timeout=30,
                        message=f"{connector} RUNNING as {worker.worker_id} reports it")
+
+    # The offsets Connect keeps, read back through REST (KIP-875): the source's byte
+    # position in the file, from the offsets topic; the sink's consumer group offset, just
+    # after the last record it wrote (before a final transaction marker, on Kafka too).
+    wait_until(lambda: connector_offsets(second, f"{name}-source") == [
+        ({"filename": str(source_file)}, {"position": source_file.stat().st_size})],
+        timeout=30, message="the source's offset at the end of the file")
+    wait_until(lambda: connector_offsets(first, f"{name}-sink") == [
+        ({"kafka_topic": topic_name, "kafka_partition": 0}, {"kafka_offset": after_last})],
+        timeout=30, message=f"the sink's committed offset at {after_last}")
     return source_runs, sink_runs
+
+
+def connector_offsets(worker: ConnectWorker, connector: str) -> list[tuple[dict, dict]]:
+    """``GET /connectors/<name>/offsets``: [(partition, offset)]."""
+    answer = worker.request("GET", f"/connectors/{connector}/offsets")
+    return [(entry["partition"], entry["offset"]) for entry in answer["offsets"]]
 
 
 def check_internal_topics(bootstrap: str, group: str, replicas: int) -> None:
