@@ -16,9 +16,9 @@ offset (a second or two of lines again), never from the file's start. Apache Kaf
 same: ``copy_through_workers_killed`` run by hand on a three-node Kafka, at 40 lines a second,
 had the source repeat 66 and 75 lines from line 200 in two runs and the sink 40 (pylog: 71
 and 40). With ``exactly.once.source.support`` (KIP-618: transactional source tasks, zombie
-fencing) the topic read committed holds every line exactly once, on Kafka as on pylog. The
-connectors' configs survive in the config topic (read back from both workers) and both run
-again.
+fencing) the topic read committed holds every line exactly once, on Kafka as on pylog, through
+a worker's SIGKILL and then the SIGKILL of the pylog broker leading the topic. The connectors'
+configs survive in the config topic (read back from both workers) and both run again.
 
 Last, the offsets through REST (KIP-875): what Connect reads back (the source's byte position
 from the offsets topic, the sink's group offset) is where the copy ended; connectors stopped,
@@ -35,7 +35,9 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -54,6 +56,8 @@ SINK_CLASS = "org.apache.kafka.connect.file.FileStreamSinkConnector"
 RATE = 40
 # The partitions the workers ask for, per internal topic (the config topic always has one).
 INTERNAL_PARTITIONS = {"configs": 1, "offsets": 5, "status": 3}
+# A copy as runs of consecutive input lines: [(first index, length, lines repeated)].
+Runs = list[tuple[int, int, int]]
 
 
 @pytest.fixture(scope="module")
@@ -95,43 +99,154 @@ def start_workers(cluster, tmp_path):
 
 def test_file_connectors_through_workers_killed_and_restarted(cluster, start_workers, tmp_path):
     """At-least-once (Connect's default): the source's worker killed, then the sink's."""
-    workers = start_workers("connect-alo")
-    source_runs, _ = copy_through_workers_killed(cluster.bootstrap(), workers, tmp_path,
-                                                 "alo", kill=("source", "sink"))
-    copy_again_from_offsets_set_through_rest(cluster.bootstrap(), workers, tmp_path, "alo")
+    copy = FileCopy(cluster.bootstrap(), start_workers("connect-alo"), tmp_path, "alo")
+    source_runs, _ = copy_through(copy, [kill_worker_running("source"),
+                                         kill_worker_running("sink")])
     # The source resumed from offsets it had flushed to the offsets topic: never from the
     # file's start (the first 200 lines were copied, offsets flushed, before any kill), and
     # repeating only the lines it read in the last second or two before the kill.
     for first_line, _length, back in source_runs[1:]:
         assert first_line >= 200 and back <= 5 * RATE, (
             f"the source re-read {back} lines from line {first_line}")
+    copy_again_from_offsets_set_through_rest(copy)
 
 
-def test_exactly_once_source_through_a_worker_killed(cluster, start_workers, tmp_path):
+def test_exactly_once_source_through_a_worker_and_a_broker_killed(cluster, start_workers,
+                                                                  tmp_path):
     """``exactly.once.source.support=enabled``: the source task's records and offsets go in
-    one transaction, so after its worker's SIGKILL the topic read committed holds each line
-    once; the sink reads committed records only."""
+    one transaction, so after its worker's SIGKILL, and the topic leader's, the topic read
+    committed holds each line once; the sink reads committed records only."""
     workers = start_workers("connect-eos", {"exactly.once.source.support": "enabled",
                                             "consumer.isolation.level": "read_committed"})
-    source_runs, _ = copy_through_workers_killed(cluster.bootstrap(), workers, tmp_path,
-                                                 "eos", kill=("source",))
+    copy = FileCopy(cluster.bootstrap(), workers, tmp_path, "eos")
+    source_runs, _ = copy_through(copy, [kill_worker_running("source"),
+                                         kill_topic_leader(cluster)])
     assert len(source_runs) == 1, f"lines produced twice: {source_runs}"
     # With exactly-once support, Connect fences the source's zombie producers
     # (InitProducerId on its transactional ids) before it writes the new offset.
-    copy_again_from_offsets_set_through_rest(cluster.bootstrap(), workers, tmp_path, "eos")
+    copy_again_from_offsets_set_through_rest(copy)
 
 
-def copy_again_from_offsets_set_through_rest(bootstrap: str, workers: list[ConnectWorker],
-                                             tmp_path: Path, name: str) -> None:
+@dataclass(frozen=True)
+class FileCopy:
+    """One check's connectors: ``<name>-source`` copies ``source.txt`` in ``directory`` into
+    the topic ``<name>-lines``, and ``<name>-sink`` that topic into ``sink.txt``."""
+
+    bootstrap: str
+    workers: list[ConnectWorker]
+    directory: Path
+    name: str
+
+    @property
+    def source_file(self) -> Path:
+        return self.directory / "source.txt"
+
+    @property
+    def sink_file(self) -> Path:
+        return self.directory / "sink.txt"
+
+    @property
+    def topic(self) -> str:
+        return f"{self.name}-lines"
+
+    @property
+    def source(self) -> str:
+        return f"{self.name}-source"
+
+    @property
+    def sink(self) -> str:
+        return f"{self.name}-sink"
+
+    @property
+    def configs(self) -> dict[str, dict[str, str]]:
+        return {
+            self.source: {"connector.class": SOURCE_CLASS, "tasks.max": "1",
+                          "file": str(self.source_file), "topic": self.topic},
+            self.sink: {"connector.class": SINK_CLASS, "tasks.max": "1",
+                        "file": str(self.sink_file), "topics": self.topic},
+        }
+
+    def running(self, connector: str) -> ConnectWorker:
+        """The worker running the connector's task, as either worker reports it."""
+        return next(w for w in self.workers if w.worker_id in {
+            running_on(reporter, connector) for reporter in self.workers if reporter.alive()})
+
+
+def copy_through(copy: FileCopy, disruptions: list[Callable[[FileCopy], None]],
+                 replicas: int = 3) -> tuple[Runs, Runs]:
+    """The whole check on any Kafka-compatible cluster (pylog here; Apache Kafka to compare
+    by hand, ``replicas`` being its node count): the connectors created through REST copy
+    200 lines, then more lines keep coming while each of ``disruptions`` runs in turn.
+
+    Returns the replay runs (see ``replay_runs``) of the topic over the file and of the sink
+    file over the topic."""
+    check_internal_topics(copy.bootstrap, copy.workers[0].settings["group.id"], replicas)
+    create_topic(copy.bootstrap, copy.topic, replicas)
+    writer = LineWriter(copy.source_file, RATE)
+    writer.write(200)
+    first, second = copy.workers
+    for connector, config in copy.configs.items():
+        created = first.request("POST", "/connectors", {"name": connector, "config": config})
+        assert created["name"] == connector and created["config"] == {**config,
+                                                                      "name": connector}
+    wait_until(lambda: all(running_on(second, c) for c in copy.configs), timeout=60,
+               message="both connectors and their tasks RUNNING")
+    wait_until(lambda: len(lines_of(copy.sink_file)) >= 200, timeout=60,
+               message="the first 200 lines in the sink file")
+
+    writer.start()
+    try:
+        for disrupt in disruptions:
+            time.sleep(2)
+            disrupt(copy)
+        time.sleep(2)
+    finally:
+        writer.stop()
+    runs = check_copied(copy, [f"line-{i:05d}" for i in range(writer.written)])
+    check_configs_kept(copy)
+    return runs
+
+
+def kill_worker_running(role: str) -> Callable[[FileCopy], None]:
+    """SIGKILL the worker running the ``role`` ("source", "sink") connector's task; once the
+    survivor runs every task, start it again."""
+    def disrupt(copy: FileCopy) -> None:
+        victim = copy.running(f"{copy.name}-{role}")
+        survivor = next(w for w in copy.workers if w is not victim)
+        victim.kill()
+        wait_until(lambda: all(running_on(survivor, c) == survivor.worker_id
+                               for c in copy.configs), timeout=60,
+                   message=f"every task on {survivor.worker_id} after {role}'s worker died")
+        time.sleep(1)
+        victim.start()
+        victim.wait_ready(timeout=90)
+        wait_until(lambda: all(running_on(victim, c) for c in copy.configs), timeout=60,
+                   message=f"both tasks RUNNING after {victim.worker_id} came back")
+    return disrupt
+
+
+def kill_topic_leader(cluster: LocalCluster) -> Callable[[FileCopy], None]:
+    """SIGKILL the pylog broker leading the copy's topic, and start it again 4 s later."""
+    def disrupt(copy: FileCopy) -> None:
+        reporter = next(b for b in cluster.brokers if cluster.brokers[b].alive())
+        leader = cluster.leaders(reporter, copy.topic)[0]
+        cluster.brokers[leader].kill()
+        time.sleep(4)
+        cluster.brokers[leader].start()
+        cluster.wait_for_brokers(sorted(cluster.brokers))
+    return disrupt
+
+
+def copy_again_from_offsets_set_through_rest(copy: FileCopy) -> None:
     """Both connectors stopped (``PUT .../stop``), the source's offset moved back 50 lines
     (``PATCH .../offsets``: a record in the offsets topic), the sink's deleted (``DELETE
     .../offsets``: its consumer group deleted), both resumed: the source copies the last 50
     lines again and the sink, into a new file, the whole topic from its start."""
-    first, second = workers
-    source, sink = f"{name}-source", f"{name}-sink"
-    source_file, sink_file = tmp_path / "source.txt", tmp_path / "sink.txt"
+    first, second = copy.workers
+    source, sink = copy.source, copy.sink
+    source_file, sink_file = copy.source_file, copy.sink_file
     lines = lines_of(source_file)
-    topic_before, _ = read_topic(bootstrap, f"{name}-lines")
+    topic_before, _ = read_topic(copy.bootstrap, copy.topic)
     for connector in (source, sink):
         first.request("PUT", f"/connectors/{connector}/stop")
         wait_until(lambda: connector_state(second, connector) == "STOPPED", timeout=30,
@@ -143,14 +258,14 @@ def copy_again_from_offsets_set_through_rest(bootstrap: str, workers: list[Conne
     assert connector_offsets(first, source) == [
         ({"filename": str(source_file)}, {"position": position})]
     assert connector_offsets(first, sink) == []
-    sink_file.rename(tmp_path / "sink-before-reset.txt")
+    sink_file.rename(copy.directory / "sink-before-reset.txt")
 
     for connector in (source, sink):
         first.request("PUT", f"/connectors/{connector}/resume")
     expected = topic_before + lines[-50:]
     wait_until(lambda: len(lines_of(sink_file)) >= len(expected), timeout=60,
                message=f"{len(expected)} lines in the new sink file")
-    topic, _ = read_topic(bootstrap, f"{name}-lines")
+    topic, _ = read_topic(copy.bootstrap, copy.topic)
     assert topic == expected, "the source did not go back exactly 50 lines"
     assert lines_of(sink_file) == expected, "the sink did not copy the topic from its start"
 
@@ -244,14 +359,14 @@ def running_on(worker: ConnectWorker, name: str) -> str | None:
     return None
 
 
-def replay_runs(written: list[str], source: list[str]) -> list[tuple[int, int, int]]:
+def replay_runs(written: list[str], source: list[str]) -> Runs:
     """``written`` (a topic, the sink file) as runs over ``source`` (the file, the topic):
     [(first index, length, how far back the run starts)].
 
     An at-least-once copy starts again from its last committed position after a crash: a
     new run may begin at or before where the copy had got to, never after it (that would
     skip lines); ``back`` is how many lines it repeats."""
-    runs: list[tuple[int, int, int]] = []
+    runs: Runs = []
     furthest = 0
     position = None
     for i, line in enumerate(written):
@@ -272,97 +387,45 @@ def replay_runs(written: list[str], source: list[str]) -> list[tuple[int, int, i
     return runs
 
 
-def copy_through_workers_killed(bootstrap: str, workers: list[ConnectWorker], tmp_path: Path,
-                                name: str, kill: tuple[str, ...], replicas: int = 3
-                                ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
-    """The whole check on any Kafka-compatible cluster (pylog here; Apache Kafka to compare
-    by hand, ``replicas`` being its node count): the connectors ``<name>-source`` and
-    ``<name>-sink`` copy a file through the topic ``<name>-lines`` while, in turn, the worker
-    running each connector of ``kill`` ("source", "sink") is SIGKILLed and restarted.
-
-    Returns the replay runs (see ``replay_runs``) of the topic over the file and of the sink
-    file over the topic."""
-    group = workers[0].settings["group.id"]
-    check_internal_topics(bootstrap, group, replicas)
-    source_file, sink_file = tmp_path / "source.txt", tmp_path / "sink.txt"
-    topic_name = f"{name}-lines"
-    create_topic(bootstrap, topic_name, replicas)
-    writer = LineWriter(source_file, RATE)
-    writer.write(200)
-
-    first, second = workers
-    configs = {
-        f"{name}-source": {"connector.class": SOURCE_CLASS, "tasks.max": "1",
-                           "file": str(source_file), "topic": topic_name},
-        f"{name}-sink": {"connector.class": SINK_CLASS, "tasks.max": "1",
-                         "file": str(sink_file), "topics": topic_name},
-    }
-    for connector, config in configs.items():
-        created = first.request("POST", "/connectors", {"name": connector, "config": config})
-        assert created["name"] == connector and created["config"] == {**config,
-                                                                      "name": connector}
-    wait_until(lambda: all(running_on(second, c) for c in configs), timeout=60,
-               message="both connectors and their tasks RUNNING")
-    wait_until(lambda: len(lines_of(sink_file)) >= 200, timeout=60,
-               message="the first 200 lines in the sink file")
-
-    # Lines keep coming while the workers die and come back.
-    writer.start()
-    try:
-        for role in kill:
-            time.sleep(2)
-            connector = f"{name}-{role}"
-            victim = next(w for w in workers if w.worker_id in (
-                running_on(first, connector), running_on(second, connector)))
-            survivor = second if victim is first else first
-            victim.kill()
-            wait_until(lambda: all(running_on(survivor, c) == survivor.worker_id
-                                   for c in configs), timeout=60,
-                       message=f"every task on {survivor.worker_id} after {role}'s worker died")
-            time.sleep(1)
-            victim.start()
-            victim.wait_ready(timeout=90)
-            wait_until(lambda: all(running_on(victim, c) for c in configs), timeout=60,
-                       message=f"both tasks RUNNING after {victim.worker_id} came back")
-        time.sleep(2)
-    finally:
-        writer.stop()
-    expected = [f"line-{i:05d}" for i in range(writer.written)]
-
-    wait_until(lambda: set(lines_of(sink_file)) >= set(expected), timeout=60,
+def check_copied(copy: FileCopy, expected: list[str]) -> tuple[Runs, Runs]:
+    """Every line of ``expected`` in the topic and the sink file, in order; repeats only
+    where a copy resumed from its last commit. Then the offsets Connect reports (KIP-875):
+    the source's byte position at the end of the file, from the offsets topic; the sink's
+    consumer group offset just after the last record it wrote (before a final transaction
+    marker, as on Kafka)."""
+    wait_until(lambda: set(lines_of(copy.sink_file)) >= set(expected), timeout=60,
                message=f"all {len(expected)} lines in the sink file")
-    topic, after_last = read_topic(bootstrap, topic_name)
-    sink = lines_of(sink_file)
+    topic, after_last = read_topic(copy.bootstrap, copy.topic)
+    sink = lines_of(copy.sink_file)
     source_runs, sink_runs = replay_runs(topic, expected), replay_runs(sink, topic)
-    print(f"{name}: {len(expected)} lines; topic {len(topic)} records in runs {source_runs}; "
-          f"sink file {len(sink)} lines in runs {sink_runs}")
-    # Every line in order, whatever was repeated.
+    print(f"{copy.name}: {len(expected)} lines; topic {len(topic)} records in runs "
+          f"{source_runs}; sink file {len(sink)} lines in runs {sink_runs}")
     assert list(dict.fromkeys(topic)) == expected
     assert list(dict.fromkeys(sink)) == expected
     assert source_runs[0][0] == 0 and sink_runs[0][0] == 0
     for first_line, _length, back in sink_runs[1:]:
         assert back <= 5 * RATE, f"the sink rewrote {back} lines from line {first_line}"
 
-    # The compacted config topic kept both connectors: both workers, one restarted, read the
-    # same configs back, and report both connectors running.
-    for worker in workers:
-        assert sorted(worker.request("GET", "/connectors")) == sorted(configs)
-        for connector, config in configs.items():
+    first, second = copy.workers
+    wait_until(lambda: connector_offsets(second, copy.source) == [
+        ({"filename": str(copy.source_file)}, {"position": copy.source_file.stat().st_size})],
+        timeout=30, message="the source's offset at the end of the file")
+    wait_until(lambda: connector_offsets(first, copy.sink) == [
+        ({"kafka_topic": copy.topic, "kafka_partition": 0}, {"kafka_offset": after_last})],
+        timeout=30, message=f"the sink's committed offset at {after_last}")
+    return source_runs, sink_runs
+
+
+def check_configs_kept(copy: FileCopy) -> None:
+    """The compacted config topic kept both connectors: both workers, one restarted, read
+    the same configs back and report both connectors running."""
+    for worker in copy.workers:
+        assert sorted(worker.request("GET", "/connectors")) == sorted(copy.configs)
+        for connector, config in copy.configs.items():
             assert worker.request("GET", f"/connectors/{connector}/config") == {
                 **config, "name": connector}
             wait_until(lambda: running_on(worker, connector), timeout=30,
                        message=f"{connector} RUNNING as {worker.worker_id} reports it")
-
-    # The offsets Connect keeps, read back through REST (KIP-875): the source's byte
-    # position in the file, from the offsets topic; the sink's consumer group offset, just
-    # after the last record it wrote (before a final transaction marker, on Kafka too).
-    wait_until(lambda: connector_offsets(second, f"{name}-source") == [
-        ({"filename": str(source_file)}, {"position": source_file.stat().st_size})],
-        timeout=30, message="the source's offset at the end of the file")
-    wait_until(lambda: connector_offsets(first, f"{name}-sink") == [
-        ({"kafka_topic": topic_name, "kafka_partition": 0}, {"kafka_offset": after_last})],
-        timeout=30, message=f"the sink's committed offset at {after_last}")
-    return source_runs, sink_runs
 
 
 def connector_offsets(worker: ConnectWorker, connector: str) -> list[tuple[dict, dict]]:
