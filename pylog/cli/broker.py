@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import gc
 import logging
+import resource
+
+log = logging.getLogger(__name__)
 
 
 def register(subparsers) -> None:
@@ -36,6 +39,23 @@ def tune_garbage_collector() -> None:
     gc.set_threshold(20_000, 20, 20)
 
 
+def raise_open_file_limit() -> int:
+    """Raise the soft limit on open files to the hard one, as the JVM does for Kafka
+    (``-XX:+MaxFDLimit``): a broker holds three descriptors per partition (its active
+    segment's log and the mappings of its two indexes) and one per connection, so the
+    usual soft limit of 1,024 ends it at a few hundred partitions. Returns the limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError) as error:
+            log.warning("could not raise the open file limit from %d to %d: %s", soft,
+                        wanted, error)
+    return soft
+
+
 def run(args) -> int:
     from pylog.broker.config import BrokerConfig
     from pylog.broker.server import Broker
@@ -43,7 +63,9 @@ def run(args) -> int:
     config = BrokerConfig.load(args.config, args.override)
     # Serving without INFO lines about startup and shutdown leaves operators blind.
     logging.getLogger("pylog").setLevel(min(logging.getLogger().level, logging.INFO))
+    open_files = raise_open_file_limit()
     broker = Broker(config).start()
+    log.info("open file limit: %d", open_files)
     tune_garbage_collector()
     listening = ", ".join(f"{name}://{host}:{port}"
                           for name, (host, port) in broker.addresses.items())

@@ -18,6 +18,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -53,6 +54,15 @@ WRITE_AHEAD_BYTES = 8 * 1024  # two pages: a new segment costs little disk
 _ZEROS = memoryview(bytes(WRITE_AHEAD_BYTES))
 
 
+@contextmanager
+def _opened(path: Path, flags: int) -> Iterator[int]:
+    fd = os.open(path, flags, 0o644)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
 class AbstractIndex:
     """An mmap-ed array of ``ENTRY`` structs for the segment starting at ``base_offset``."""
 
@@ -63,9 +73,13 @@ class AbstractIndex:
         self.path = Path(path)
         self.base_offset = base_offset
         self._entry_size = self.ENTRY.size
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        self._file = os.fdopen(fd, "r+b", buffering=0)
-        length = os.fstat(fd).st_size
+        # No descriptor is kept: the mapping holds its own (CPython's mmap duplicates the
+        # one it is made from), and the rare writes past it (_map, _write_ahead) open the
+        # file for the moment. One descriptor per index, not two: a broker with thousands
+        # of partitions keeps two indexes open for each.
+        self._closed = False
+        with _opened(self.path, os.O_RDWR | os.O_CREAT) as fd:
+            length = os.fstat(fd).st_size
         self._misaligned = length % self._entry_size != 0
         self._entries = length // self._entry_size
         self._mmap: mmap.mmap | None = None
@@ -99,14 +113,15 @@ class AbstractIndex:
             self._mmap.close()
             self._mmap = None
         length = self._round(length)
-        if os.fstat(self._file.fileno()).st_size != length:
-            os.ftruncate(self._file.fileno(), length)
-        self._max_entries = length // self._entry_size
-        self._entries = min(self._entries, self._max_entries)
-        self._written_ahead = 0  # bytes known to be written as zeros or entries: none yet
-        self._dirty = False  # entries appended through this mapping since the last flush
-        if length > 0:
-            self._mmap = mmap.mmap(self._file.fileno(), length)
+        with _opened(self.path, os.O_RDWR) as fd:
+            if os.fstat(fd).st_size != length:
+                os.ftruncate(fd, length)
+            self._max_entries = length // self._entry_size
+            self._entries = min(self._entries, self._max_entries)
+            self._written_ahead = 0  # bytes known written as zeros or entries: none yet
+            self._dirty = False  # entries appended through this mapping since the last flush
+            if length > 0:
+                self._mmap = mmap.mmap(fd, length)
 
     def resize(self, new_size: int) -> None:
         """Grow or shrink the file (rounded down to whole entries); entries past it are dropped."""
@@ -148,7 +163,8 @@ class AbstractIndex:
         produce path. A failed write is left to the store through the mapping."""
         end = min(position + WRITE_AHEAD_BYTES, self._max_entries * self._entry_size)
         try:
-            os.pwrite(self._file.fileno(), _ZEROS[:end - position], position)
+            with _opened(self.path, os.O_WRONLY) as fd:
+                os.pwrite(fd, _ZEROS[:end - position], position)
         except OSError:
             return
         self._written_ahead = end
@@ -206,18 +222,19 @@ class AbstractIndex:
 
     def close(self) -> None:
         """Trim to the valid entries and release the map and file."""
-        if self._file.closed:
+        if self._closed:
             return
-        self.trim_to_valid_size()
+        try:
+            self.trim_to_valid_size()
+        finally:
+            self._release()
+
+    def delete(self) -> None:
+        self._release()
+        self.path.unlink(missing_ok=True)
+
+    def _release(self) -> None:
         if self._mmap is not None:
             self._mmap.close()
             self._mmap = None
-        self._file.close()
-
-    def delete(self) -> None:
-        if not self._file.closed:
-            if self._mmap is not None:
-                self._mmap.close()
-                self._mmap = None
-            self._file.close()
-        self.path.unlink(missing_ok=True)
+        self._closed = True
