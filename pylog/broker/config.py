@@ -218,6 +218,8 @@ _SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
     "replica.fetch.max.bytes": (_int, 1048576, "bytes per partition in a follower's fetch"),
     "replica.fetch.response.max.bytes": (_int, 10485760, "bytes per follower fetch response"),
     "replica.fetch.backoff.ms": (_int, 200, "wait after a follower fetch fails"),
+    "max.incremental.fetch.session.cache.slots": (
+        _int, 1000, "consumers' fetch sessions kept (KIP-227; 0: none, every Fetch is full)"),
     "leader.replication.throttled.rate": (
         _int, MAX_LONG, "bytes per second a leader sends of the partitions its topic's "
                         "leader.replication.throttled.replicas names to followers out of the ISR"),
@@ -533,7 +535,8 @@ class BrokerConfig:
                     "replication.quota.window.size.seconds"):
             if self[key] < 1:
                 raise ConfigError(key, f"must be at least 1, got {self[key]}")
-        for key in ("max.connections", "max.connections.per.ip"):
+        for key in ("max.connections", "max.connections.per.ip",
+                    "max.incremental.fetch.session.cache.slots"):
             if self[key] < 0:
                 raise ConfigError(key, f"must not be negative, got {self[key]}")
         if self["replication.quota.window.num"] < 2:

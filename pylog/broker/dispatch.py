@@ -38,6 +38,7 @@ from pylog.broker.acl_handlers import AclHandlers
 from pylog.broker.admin import AdminHandlers
 from pylog.broker.authorization import RequestAuthorization
 from pylog.broker.fetch import FetchWork, close_regions, handle_list_offsets, start_fetch
+from pylog.broker.fetch_sessions import FetchSessionCache
 from pylog.broker.groups import GROUP_APIS, GroupHandlers, GroupWork
 from pylog.broker.metrics import BrokerMetrics
 from pylog.broker.partitions import PartitionLogs
@@ -190,6 +191,7 @@ class Dispatcher:
         self.served = dict(SERVED_VERSIONS)
         self.services: dict[int, Service] = {}
         self.fetch_max_bytes: int | None = None  # fetch.max.bytes: caps consumers' Fetch
+        self.fetch_sessions: FetchSessionCache | None = None  # KIP-227; None: no sessions
 
     def serve(self, api_key: int, versions: tuple[int, int], handler: "Service") -> None:
         """Answer ``api_key`` (``versions`` low and high, inclusive) with ``handler``."""
@@ -377,7 +379,8 @@ class Dispatcher:
         if api_key == ApiKey.PRODUCE:
             return handle_produce(body, version, self.logs, self.clock())
         if api_key == ApiKey.FETCH:
-            return start_fetch(body, version, self.logs, self.clock(), self.fetch_max_bytes)
+            return start_fetch(body, version, self.logs, self.clock(), self.fetch_max_bytes,
+                               self.fetch_sessions)
         if api_key == ApiKey.LIST_OFFSETS:
             return handle_list_offsets(body, version, self.logs)
         if api_key == ApiKey.METADATA:

@@ -5,7 +5,8 @@ network layer writes the response header and then ``os.sendfile``s each region. 
 fewer than ``min_bytes`` are available the request is parked (``FetchWork``) and tried
 again when an append to one of its partitions wakes it, or when ``max_wait_ms`` passes.
 No data past the high watermark is ever returned; the first batch comes whole even if
-it is larger than the size limits. SessionId 0: no fetch sessions.
+it is larger than the size limits. From v7 a consumer may keep its partitions in a fetch
+session and send only what changed (pylog.broker.fetch_sessions).
 
 A follower's Fetch (``replica_id`` >= 0, cluster mode) first tells the replica manager
 where the follower's log ends (which moves the high watermark and the ISR), then reads up
@@ -40,6 +41,8 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
+from pylog.broker.fetch_sessions import (
+    FINAL_EPOCH, INITIAL_EPOCH, FetchSession, FetchSessionCache, FetchSessionIdNotFoundError)
 from pylog.broker.partitions import PartitionLogs
 from pylog.errors import InvalidRequestError, KafkaError, PylogError, UnsupportedVersionError
 from pylog.records import decode_batch
@@ -58,6 +61,7 @@ _SPECIAL_SINCE = {LATEST: 0, EARLIEST: 0, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, L
 READ_COMMITTED = 1
 DEBUGGING_REPLICA_ID = -2
 MIN_FETCH_VERSION = 4
+FIRST_SESSION_VERSION = 7  # Fetch v7 brought sessions (KIP-227)
 
 
 @dataclass
@@ -70,6 +74,8 @@ class FetchWork:
     partitions: list[TopicPartition] = field(default_factory=list)
 
     refused: dict[TopicPartition, KafkaError] = field(default_factory=dict)
+    session: FetchSession | None = None  # the fetch session it belongs to (KIP-227)
+    incremental: bool = False  # the request listed only what changed in its session
 
     def __post_init__(self) -> None:
         self.partitions = [TopicPartition(t["topic"], p["partition"])
@@ -142,6 +148,9 @@ class FetchWork:
         if final or failed or total >= self.body["min_bytes"]:
             if throttled_bytes:
                 self.logs.replicas.leader_quota.record(throttled_bytes)
+            if self.session is not None:
+                with self.session.lock:
+                    self.session.filter_response(response, full=not self.incremental)
             return response
         close_regions(response)
         return None
@@ -200,18 +209,34 @@ def close_regions(response: dict) -> None:
 
 
 def start_fetch(body: dict, version: int, logs: PartitionLogs, now: float,
-                max_bytes: int | None = None) -> FetchWork | dict:
+                max_bytes: int | None = None,
+                sessions: FetchSessionCache | None = None) -> FetchWork | dict:
     """A FetchWork to attempt (and maybe park), or an immediate error body. ``max_bytes``
     (``fetch.max.bytes``) caps what a consumer's request may ask for, as in Kafka; a
     follower's is its own (``replica.fetch.response.max.bytes``)."""
     if version < MIN_FETCH_VERSION:
         raise UnsupportedVersionError(f"Fetch v{version} is not supported; use v4 or later")
-    if body.get("session_id", 0) != 0 or body.get("session_epoch", -1) not in (-1, 0):
-        # No fetch sessions: tell the client to fall back to full fetches.
-        return {"throttle_time_ms": 0, "error_code": 70, "session_id": 0, "responses": []}
+    session = None
+    incremental = body.get("session_epoch", FINAL_EPOCH) > INITIAL_EPOCH
+    if sessions is None or version < FIRST_SESSION_VERSION:
+        if body.get("session_id", 0) != 0 or incremental:
+            # No fetch sessions: tell the client to fall back to full fetches.
+            return _session_error(FetchSessionIdNotFoundError.errno)
+    else:
+        try:
+            session = sessions.session_for(body)
+        except KafkaError as error:
+            return _session_error(error.errno)
+        if session is not None and incremental:
+            body = dict(body, topics=session.request_topics())
     if max_bytes is not None and body.get("replica_id", -1) < 0 and body["max_bytes"] > max_bytes:
         body["max_bytes"] = max_bytes
-    return FetchWork(body, logs, now + max(body["max_wait_ms"], 0) / 1000)
+    return FetchWork(body, logs, now + max(body["max_wait_ms"], 0) / 1000, session=session,
+                     incremental=session is not None and incremental)
+
+
+def _session_error(code: int) -> dict:
+    return {"throttle_time_ms": 0, "error_code": code, "session_id": 0, "responses": []}
 
 
 def handle_list_offsets(body: dict, version: int, logs: PartitionLogs) -> dict:

@@ -28,6 +28,7 @@ from pylog.broker.config import BrokerConfig, Listener
 from pylog.broker.dispatch import Dispatcher
 from pylog.broker.dynamic_config import DynamicBrokerConfig
 from pylog.broker.dynamic_store import open_broker_config_store
+from pylog.broker.fetch_sessions import FetchSessionCache
 from pylog.broker.groups import GroupHandlers
 from pylog.broker.meta import ensure_meta
 from pylog.broker.network import Acceptor, ConnectionQuotas, ListenerSpec, Processor
@@ -272,6 +273,8 @@ class Broker:
         dispatcher = Dispatcher(AdminHandlers(dynamic, self.metadata, logs), logs, self.clock,
                                 group_handlers, sasl=self.sasl)
         dispatcher.fetch_max_bytes = config["fetch.max.bytes"]
+        dispatcher.fetch_sessions = FetchSessionCache(
+            config["max.incremental.fetch.session.cache.slots"])
         dispatcher.serve(ApiKey.TXN_OFFSET_COMMIT, (0, 4), group_handlers.txn_offset_commit)
         for api_key, versions, handler in TransactionHandlers(
                 self.transactions, self.coordinator.partition_of, self.clock).services():
