@@ -17,6 +17,7 @@ that classpath, so no ``plugin.path`` is needed::
 
 Timeouts are short (a 6 s group session, a 2 s ``scheduled.rebalance.max.delay.ms``), so the
 tasks of a killed worker run elsewhere within seconds rather than Connect's default 5 minutes.
+The Connect version is the pom's (4.3.1: see its comment for why not 4.4.0).
 """
 
 from __future__ import annotations
@@ -149,8 +150,8 @@ class ConnectWorker:
         return self
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        """Until ``GET /health`` answers 200: the REST server is up and the worker has
-        joined its group and read the config topic to its end."""
+        """Until ``GET /health`` answers 200 (KIP-1017): the worker has finished starting,
+        its herder has read the internal topics and joined the group."""
         deadline = time.monotonic() + timeout
         last: object = None
         while time.monotonic() < deadline:
