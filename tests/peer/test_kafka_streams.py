@@ -41,11 +41,13 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from pylog.protocol import ApiKey
 from pylog.testing.java import compiled
 from pylog.testing.maven import classpath
 from pylog.testing.process import ServerProcess
 from pylog.testing.waiting import wait_until
 from pylog.testing.zookeeper import zookeeper_fixture
+from tests.broker.wire import WireClient
 from tests.cluster.cluster_helpers import LocalCluster
 
 zookeeper = zookeeper_fixture()
@@ -149,6 +151,15 @@ class StreamsApp:
         with open(self.log_path, "rb") as log:
             log.seek(self._log_start)
             return b"-> RUNNING" in log.read()
+
+    def process_id(self) -> str:
+        """``<application.id>-<process id>``, which the transactional ids of its stream
+        threads extend with ``-<thread index>`` (EOS v2). The process id is kept in the
+        state directory, so it is the same after a restart."""
+        found = re.search(rb"stream-client \[(" + re.escape(self.name.encode()) + rb"-[0-9a-f-]{36})\]",
+                          self.log_path.read_bytes())
+        assert found, f"no process id in the log{self.log_tail()}"
+        return found.group(1).decode()
 
     def restored_records(self) -> int:
         """How many changelog records this start of the application restored its store from."""
@@ -308,14 +319,27 @@ def test_word_count_exactly_once_through_a_sigkill(cluster, tmp_path):
 
 
 def test_word_count_exactly_once_through_a_broker_sigkill(cluster, tmp_path):
-    """Also, while the restarted application catches up, the broker leading the output's
-    first partition SIGKILLed and started again: transactions span its leaderships moving."""
-    def kill_a_broker():
-        victim = cluster.leaders(cluster.live()[0], "wordcount-broker-counts")[0]
+    """Also, while the restarted application catches up, the broker coordinating the
+    transactions of its first stream thread SIGKILLed and started again: the transaction
+    coordinator moves, with transactions open, and the partitions it led with it."""
+    def kill_the_transaction_coordinator(app: StreamsApp):
+        transactional_id = f"{app.process_id()}-1"
+        victim = transaction_coordinator(cluster.bootstrap(), transactional_id)
+        assert victim in cluster.brokers, f"no coordinator for {transactional_id}"
         cluster.brokers[victim].kill()
-        time.sleep(3)
+        survivors = cluster.bootstrap(*(b for b in cluster.brokers if b != victim))
+        wait_until(lambda: transaction_coordinator(survivors, transactional_id) not in (
+            victim, -1), timeout=30, message=f"a new coordinator for {transactional_id}")
         cluster.brokers[victim].start()
-    count_words_through_kills(cluster, tmp_path, "wordcount-broker", kill_a_broker)
+    count_words_through_kills(cluster, tmp_path, "wordcount-broker",
+                              kill_the_transaction_coordinator)
+
+
+def transaction_coordinator(bootstrap: str, transactional_id: str) -> int:
+    """The broker id FindCoordinator names for ``transactional_id`` (-1: none right now)."""
+    with WireClient(bootstrap.split(",")[0]) as wire:
+        found = wire.call(ApiKey.FIND_COORDINATOR, 2, {"key": transactional_id, "key_type": 1})
+    return found["node_id"] if found["error_code"] == 0 else -1
 
 
 def count_words_through_kills(cluster: LocalCluster, tmp_path: Path, name: str,
@@ -344,7 +368,7 @@ def count_words_through_kills(cluster: LocalCluster, tmp_path: Path, name: str,
         wait_until(app.running, timeout=90,
                    message=f"Streams to reach RUNNING again{app.log_tail()}")
         if after_restart is not None:
-            after_restart()
+            after_restart(app)
         time.sleep(2)
         writer.stop()
         expected = dict(writer.counts)
