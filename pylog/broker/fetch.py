@@ -178,6 +178,8 @@ class FetchWork:
                     self.throttled.add((topic, p["partition"]))
             to_log_end = self.from_follower or self.debugging
             committed = self.read_committed and not to_log_end
+            if not to_log_end and p["fetch_offset"] == partition_log.high_watermark:
+                budget = 0  # caught up: nothing to read, positions only (a cheap answer)
             if budget > 0:
                 read = partition_log.read(p["fetch_offset"], budget, up_to_log_end=to_log_end,
                                           committed=committed, min_one=min_one)

@@ -25,7 +25,9 @@ from collections import defaultdict
 from typing import Callable, Mapping
 
 from pylog.cluster.metadata import ClusterMetadata
-from pylog.errors import ConfigError, NotLeaderOrFollowerError, UnknownTopicOrPartitionError
+from pylog.errors import (
+    ConfigError, FencedLeaderEpochError, NotLeaderOrFollowerError, UnknownLeaderEpochError,
+    UnknownTopicOrPartitionError)
 from pylog.log import Log, LogConfig, LogManager
 from pylog.types import TopicPartition
 
@@ -66,6 +68,15 @@ class AppendWaiters:
             wakes = list(self._waiters.get(tp, ()))
         for wake in wakes:
             wake()
+
+
+def check_leader_epoch(tp: TopicPartition, requested: int, current: int) -> None:
+    """Kafka's fencing of a request that names the leader epoch it expects (-1: any)."""
+    if requested < 0 or requested == current:
+        return
+    if requested < current:
+        raise FencedLeaderEpochError(f"{tp}: leader epoch {requested} is older than {current}")
+    raise UnknownLeaderEpochError(f"{tp}: leader epoch {requested} is newer than {current}")
 
 
 class PartitionLogs:
@@ -124,8 +135,6 @@ class PartitionLogs:
         if state.leader != self.metadata.local_broker_id:
             raise NotLeaderOrFollowerError(f"broker {self.metadata.local_broker_id} does not "
                                            f"lead {tp} (leader {state.leader})")
-        from pylog.broker.replica_manager import check_leader_epoch  # imports this module
-
         check_leader_epoch(tp, current_leader_epoch, state.leader_epoch)
         if existing is not None:
             return existing

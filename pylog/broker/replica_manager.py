@@ -25,27 +25,17 @@ import threading
 import time
 from typing import Callable
 
-from pylog.broker.partitions import PartitionLogs
+from pylog.broker.partitions import PartitionLogs, check_leader_epoch
 from pylog.broker.replica import PartitionReplica, Role
 from pylog.broker.replica_fetcher import FetchTarget, ReplicaFetcher
 from pylog.broker.replication_quota import UNLIMITED, ReplicationQuota, is_throttled
 from pylog.cluster.metadata import NO_LEADER
 from pylog.errors import (
-    FencedLeaderEpochError, NotEnoughReplicasError, NotLeaderOrFollowerError,
-    PylogError, UnknownLeaderEpochError, UnknownTopicOrPartitionError)
+    NotEnoughReplicasError, NotLeaderOrFollowerError, PylogError, UnknownTopicOrPartitionError)
 from pylog.log import AppendInfo, Log
 from pylog.types import BrokerEndpoint, TopicPartition
 
 log = logging.getLogger(__name__)
-
-
-def check_leader_epoch(tp: TopicPartition, requested: int, current: int) -> None:
-    """Kafka's fencing of a request that names the leader epoch it expects (-1: any)."""
-    if requested < 0 or requested == current:
-        return
-    if requested < current:
-        raise FencedLeaderEpochError(f"{tp}: leader epoch {requested} is older than {current}")
-    raise UnknownLeaderEpochError(f"{tp}: leader epoch {requested} is newer than {current}")
 
 
 class ReplicaManager:
