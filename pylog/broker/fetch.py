@@ -76,6 +76,10 @@ class FetchWork:
     refused: dict[TopicPartition, KafkaError] = field(default_factory=dict)
     session: FetchSession | None = None  # the fetch session it belongs to (KIP-227)
     incremental: bool = False  # the request listed only what changed in its session
+    # Partitions appended to (or otherwise changed) since the last attempt, added by the
+    # waiter's wake; a woken attempt reads only those and reuses the others' answers.
+    changed: set = field(default_factory=set)
+    _unchanged: dict = field(default_factory=dict)  # (topic, partition) -> positions-only answer
 
     def __post_init__(self) -> None:
         self.partitions = [TopicPartition(t["topic"], p["partition"])
@@ -118,6 +122,11 @@ class FetchWork:
         from_follower = self.from_follower
         self.throttled.clear()
         throttled_bytes = 0
+        # A woken attempt re-reads what changed; the first, a deadline's and a re-check
+        # after parking (nothing marked changed) read everything.
+        changed, self.changed = self.changed, set()
+        reuse = self._unchanged if changed and not final else {}
+        unchanged: dict = {}
         topics_out: list[dict] = []
         response = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0,
                     "responses": topics_out}
@@ -131,20 +140,28 @@ class FetchWork:
                     # others fit in what is left of max_bytes or wait for the next Fetch.
                     # (A follower, whose fetcher keeps its partitions in one order, gets
                     # a batch of each, so none of them falls behind for good.)
-                    result = self._read(topic["topic"], p, remaining,
-                                        min_one=total == 0 or from_follower)
+                    key = (topic["topic"], p["partition"])
+                    cached = reuse.get(key)
+                    if cached is not None and TopicPartition(*key) not in changed:
+                        result = dict(cached)
+                    else:
+                        result = self._read(topic["topic"], p, remaining,
+                                            min_one=total == 0 or from_follower)
                     partitions_out.append(result)
                     records = result["records"]
                     size = len(records) if isinstance(records, bytes) else records.length
                     total += size
                     remaining -= size
                     failed = failed or result["error_code"] != 0
-                    if (topic["topic"], p["partition"]) in self.throttled:
+                    if key in self.throttled:
                         throttled_bytes += size
+                    elif not size and not result["error_code"]:
+                        unchanged[key] = result
         except BaseException:
             # e.g. EMFILE duplicating a descriptor: give back the regions already taken.
             close_regions(response)
             raise
+        self._unchanged = unchanged
         if final or failed or total >= self.body["min_bytes"]:
             if throttled_bytes:
                 self.logs.replicas.leader_quota.record(throttled_bytes)

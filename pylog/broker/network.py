@@ -248,8 +248,13 @@ class Processor(threading.Thread):
         except (BlockingIOError, OSError):
             pass  # already pending, or shutting down
 
-    def _wake_parked(self, conn: Connection) -> None:
-        """A change to a partition ``conn``'s parked request waits on."""
+    def _wake_parked(self, conn: Connection, tp=None) -> None:
+        """A change to partition ``tp``, which ``conn``'s parked request waits on (a parked
+        Fetch then reads only the partitions that changed)."""
+        parked = conn.parked
+        changed = getattr(parked.work, "changed", None) if parked is not None else None
+        if changed is not None and tp is not None:
+            changed.add(tp)
         self._woken.add(conn)
         self.wakeup()
 

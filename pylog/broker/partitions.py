@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 
 class AppendWaiters:
-    """Who to wake when a partition gets new data: ``wake`` callables per partition."""
+    """Who to wake when a partition gets new data: ``wake(tp)`` callables per partition."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -60,6 +60,7 @@ class AppendWaiters:
                     del self._waiters[tp]
 
     def notify(self, tp: TopicPartition) -> None:
+        """Wake whoever waits on ``tp``; each wake is told which partition changed."""
         # Nobody waits on most appends: skip the lock. A waiter registering meanwhile
         # misses nothing: whoever parks attempts once more after adding itself.
         if tp not in self._waiters:
@@ -67,7 +68,7 @@ class AppendWaiters:
         with self._lock:
             wakes = list(self._waiters.get(tp, ()))
         for wake in wakes:
-            wake()
+            wake(tp)
 
 
 def check_leader_epoch(tp: TopicPartition, requested: int, current: int) -> None:
