@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from pylog.testing import maven
 from pylog.testing.certs import TestCertificates
 from pylog.testing.process import (
     ServerProcess, _log_tail, free_port, running_in_temp_dir, server_fixture, wait_for_port)
@@ -42,35 +43,16 @@ HOST = "127.0.0.1"
 MAIN_CLASS = "kafka.Kafka"
 STORAGE_TOOL = "kafka.tools.StorageTool"
 SCRAM_MECHANISM = "SCRAM-SHA-256"
-JVM_OPTIONS = ("-Xms64m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData",
-               "-Djava.awt.headless=true")
+JVM_OPTIONS = ("-Xms64m", *maven.JVM_OPTIONS)
 
 # Console output at INFO (the process log file), Kafka's chattier internals at WARN.
-LOG4J2 = """\
-status = warn
-appender.out.type = Console
-appender.out.name = out
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.out.ref = out
-logger.kafka.name = org.apache.kafka
-logger.kafka.level = INFO
-logger.request.name = kafka.request.logger
-logger.request.level = WARN
-logger.network.name = kafka.network
-logger.network.level = WARN
-logger.raft.name = org.apache.kafka.raft
-logger.raft.level = WARN
-logger.state.name = state.change.logger
-logger.state.level = WARN
-"""
+LOG4J2 = maven.log4j2_console("INFO", {
+    "org.apache.kafka": "INFO", "kafka.request.logger": "WARN", "kafka.network": "WARN",
+    "org.apache.kafka.raft": "WARN", "state.change.logger": "WARN"})
 
 
 def kafka_classpath() -> str:
-    from pylog.testing.maven import classpath
-
-    return classpath("kafka")
+    return maven.classpath("kafka")
 
 
 def random_cluster_id() -> str:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from pylog.testing.apache_kafka import kafka_classpath
+from pylog.testing.maven import JVM_OPTIONS, log4j2_console
 
 # script -> main class, as in Kafka 4.4's bin/.
 SCRIPTS = {
@@ -37,7 +38,7 @@ SCRIPTS = {
 RUN_CLASS = """\
 #!/bin/sh
 # Kafka's kafka-run-class.sh, reduced to what the tools need: the Maven-fetched jars.
-exec java ${{KAFKA_HEAP_OPTS:--Xmx256m}} -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \\
+exec java ${{KAFKA_HEAP_OPTS:--Xmx256m}} {jvm_options} \\
     -Dlog4j2.configurationFile="$(dirname "$0")/../config/tools-log4j2.properties" \\
     -cp "{classpath}" "$@"
 """
@@ -45,17 +46,8 @@ SCRIPT = """\
 #!/bin/sh
 exec "$(dirname "$0")/kafka-run-class.sh" {main_class} "$@"
 """
-# Errors only, on stderr, as Kafka's config/tools-log4j2.yaml.
-TOOLS_LOG4J2 = """\
-status = error
-appender.err.type = Console
-appender.err.name = err
-appender.err.target = SYSTEM_ERR
-appender.err.layout.type = PatternLayout
-appender.err.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = WARN
-rootLogger.appenderRef.err.ref = err
-"""
+# Warnings and errors, on stderr, as Kafka's config/tools-log4j2.yaml.
+TOOLS_LOG4J2 = log4j2_console("WARN", target="SYSTEM_ERR")
 
 
 def write_kafka_bin(directory: Path) -> Path:
@@ -65,7 +57,8 @@ def write_kafka_bin(directory: Path) -> Path:
     bin_dir.mkdir(parents=True, exist_ok=True)
     (directory / "config").mkdir(exist_ok=True)
     (directory / "config" / "tools-log4j2.properties").write_text(TOOLS_LOG4J2)
-    scripts = {"kafka-run-class.sh": RUN_CLASS.format(classpath=kafka_classpath())}
+    scripts = {"kafka-run-class.sh": RUN_CLASS.format(classpath=kafka_classpath(),
+                                                      jvm_options=" ".join(JVM_OPTIONS))}
     scripts.update({name: SCRIPT.format(main_class=main_class)
                     for name, main_class in SCRIPTS.items()})
     for name, text in scripts.items():

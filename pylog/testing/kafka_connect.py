@@ -29,34 +29,21 @@ import urllib.request
 from pathlib import Path
 from typing import Mapping
 
+from pylog.testing import maven
 from pylog.testing.process import ServerProcess, free_port
 
 HOST = "127.0.0.1"
 MAIN_CLASS = "org.apache.kafka.connect.cli.ConnectDistributed"
-JVM_OPTIONS = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData",
-               "-Djava.awt.headless=true")
+JVM_OPTIONS = ("-Xmx256m", *maven.JVM_OPTIONS)
 STRING_CONVERTER = "org.apache.kafka.connect.storage.StringConverter"
 
 # The worker's output file: Connect's herder, workers and tasks at INFO, the clients at WARN.
-LOG4J2 = """\
-status = warn
-appender.out.type = Console
-appender.out.name = out
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = WARN
-rootLogger.appenderRef.out.ref = out
-logger.connect.name = org.apache.kafka.connect
-logger.connect.level = INFO
-logger.reflections.name = org.reflections
-logger.reflections.level = ERROR
-"""
+LOG4J2 = maven.log4j2_console("WARN", {"org.apache.kafka.connect": "INFO",
+                                       "org.reflections": "ERROR"})
 
 
 def connect_classpath() -> str:
-    from pylog.testing.maven import classpath
-
-    return classpath("kafka-connect")
+    return maven.classpath("kafka-connect")
 
 
 class ConnectError(RuntimeError):

@@ -20,6 +20,24 @@ from pathlib import Path
 
 POMS = Path(__file__).with_name("maven")
 
+# What every Java process the tests start runs with: a small footprint on 2 cores (serial GC,
+# the C1 compiler only, no perf data); each adds its own heap (-Xmx).
+JVM_OPTIONS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData",
+               "-Djava.awt.headless=true")
+
+
+def log4j2_console(root: str = "WARN", loggers: dict[str, str] | None = None,
+                   target: str = "SYSTEM_OUT", pattern: str = "[%d] %p %m (%c)%n") -> str:
+    """A log4j2.properties writing to the console at ``root`` level, with per-logger levels
+    (``{"org.apache.kafka.connect": "INFO"}``)."""
+    lines = ["status = warn", "appender.out.type = Console", "appender.out.name = out",
+             f"appender.out.target = {target}", "appender.out.layout.type = PatternLayout",
+             f"appender.out.layout.pattern = {pattern}", f"rootLogger.level = {root}",
+             "rootLogger.appenderRef.out.ref = out"]
+    for i, (name, level) in enumerate((loggers or {}).items()):
+        lines += [f"logger.l{i}.name = {name}", f"logger.l{i}.level = {level}"]
+    return "\n".join(lines) + "\n"
+
 
 class MavenError(RuntimeError):
     """A component could not be resolved (the message has Maven's own words)."""

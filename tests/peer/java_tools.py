@@ -21,25 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from pylog.testing import maven
 from pylog.testing.apache_kafka import kafka_classpath
 from pylog.testing.waiting import wait_until
 
 TOOLS = "org.apache.kafka.tools."
 
 # A tool is a short-lived client: a small heap and the C1 compiler start it fastest.
-JVM_OPTIONS = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData",
-               "-Djava.awt.headless=true")
+JVM_OPTIONS = ("-Xmx256m", *maven.JVM_OPTIONS)
 # Errors only, on stderr: stdout stays what the tool itself prints.
-LOG4J2 = """\
-status = error
-appender.err.type = Console
-appender.err.name = err
-appender.err.target = SYSTEM_ERR
-appender.err.layout.type = PatternLayout
-appender.err.layout.pattern = %p %m (%c)%n
-rootLogger.level = ERROR
-rootLogger.appenderRef.err.ref = err
-"""
+LOG4J2 = maven.log4j2_console("ERROR", target="SYSTEM_ERR", pattern="%p %m (%c)%n")
 
 
 def write_log_config(work_dir: Path) -> Path:
@@ -217,3 +208,36 @@ def error_message(run: ToolRun) -> str:
     match = re.search(r"org\.apache\.kafka\.common\.errors\.\w+: (.*)", run.stderr + run.stdout)
     assert match, f"no error message in:\n{run.stderr}"
     return match.group(1).strip()
+
+
+# A three-broker pylog cluster as Kafka's Java clients meet a production one: replication
+# factor 3 and min ISR 2, the internal topics replicated too, few partitions so it starts fast.
+REPLICATED = {
+    "default.replication.factor": 3, "min.insync.replicas": 2,
+    "offsets.topic.replication.factor": 3, "offsets.topic.num.partitions": 3,
+    "transaction.state.log.replication.factor": 3,
+    "transaction.state.log.min.isr": 2, "transaction.state.log.num.partitions": 3,
+    "group.initial.rebalance.delay.ms": 0, "replica.lag.time.max.ms": 3000,
+    "replica.fetch.wait.max.ms": 100}
+
+
+def replicated_cluster_fixture(name: str, **extra: object):
+    """A module-scoped fixture ``cluster``: three brokers (``REPLICATED`` settings and
+    ``extra``) in their own chroot of the module's ``zookeeper`` fixture."""
+    import uuid
+
+    import pytest
+
+    from tests.cluster.cluster_helpers import LocalCluster
+
+    @pytest.fixture(scope="module")
+    def cluster(zookeeper, tmp_path_factory):
+        connect = f"{zookeeper.connect_string}/{name}-{uuid.uuid4().hex[:8]}"
+        started = LocalCluster(tmp_path_factory.mktemp(name), connect,
+                               extra={**REPLICATED, **extra}).start()
+        try:
+            yield started
+        finally:
+            started.close()
+
+    return cluster

@@ -13,7 +13,6 @@ order, while aborted transactions did reach the log.
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -25,25 +24,13 @@ from pylog.testing.apache_kafka import kafka_classpath
 from pylog.testing.waiting import wait_until
 from pylog.testing.zookeeper import zookeeper_fixture
 from tests.cluster.cluster_helpers import LocalCluster
-from tests.peer.java_tools import TOOLS, JavaClient, java_argv, write_log_config, write_properties
+from tests.peer.java_tools import (TOOLS, JavaClient, java_argv, replicated_cluster_fixture,
+                                   write_log_config, write_properties)
 
 zookeeper = zookeeper_fixture()
 
 
-@pytest.fixture(scope="module")
-def cluster(zookeeper, tmp_path_factory):
-    connect = f"{zookeeper.connect_string}/java-{uuid.uuid4().hex[:8]}"
-    cluster = LocalCluster(tmp_path_factory.mktemp("java-clients"), connect, extra={
-        "default.replication.factor": 3, "min.insync.replicas": 2,
-        "offsets.topic.replication.factor": 3, "offsets.topic.num.partitions": 3,
-        "transaction.state.log.replication.factor": 3,
-        "transaction.state.log.min.isr": 2, "transaction.state.log.num.partitions": 3,
-        "group.initial.rebalance.delay.ms": 0, "replica.lag.time.max.ms": 3000,
-        "replica.fetch.wait.max.ms": 100}).start()
-    try:
-        yield cluster
-    finally:
-        cluster.close()
+cluster = replicated_cluster_fixture("java-clients")
 
 
 class Java:

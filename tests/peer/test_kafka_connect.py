@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -50,6 +49,7 @@ from pylog.testing.kafka_connect import ConnectError, ConnectWorker
 from pylog.testing.waiting import wait_until
 from pylog.testing.zookeeper import zookeeper_fixture
 from tests.cluster.cluster_helpers import LocalCluster
+from tests.peer.java_tools import replicated_cluster_fixture
 
 zookeeper = zookeeper_fixture()
 
@@ -63,20 +63,7 @@ INTERNAL_PARTITIONS = {"configs": 1, "offsets": 5, "status": 3}
 Runs = list[tuple[int, int, int]]
 
 
-@pytest.fixture(scope="module")
-def cluster(zookeeper, tmp_path_factory):
-    connect = f"{zookeeper.connect_string}/connect-{uuid.uuid4().hex[:8]}"
-    cluster = LocalCluster(tmp_path_factory.mktemp("kafka-connect"), connect, extra={
-        "default.replication.factor": 3, "min.insync.replicas": 2,
-        "offsets.topic.replication.factor": 3, "offsets.topic.num.partitions": 3,
-        "transaction.state.log.replication.factor": 3,
-        "transaction.state.log.min.isr": 2, "transaction.state.log.num.partitions": 3,
-        "group.initial.rebalance.delay.ms": 0, "replica.lag.time.max.ms": 3000,
-        "replica.fetch.wait.max.ms": 100}).start()
-    try:
-        yield cluster
-    finally:
-        cluster.close()
+cluster = replicated_cluster_fixture("kafka-connect")
 
 
 @pytest.fixture

@@ -35,22 +35,22 @@ import re
 import signal
 import threading
 import time
-import uuid
 from collections import Counter
 from pathlib import Path
 
-import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from pylog.protocol import ApiKey
 from pylog.testing.java import compiled
+from pylog.testing import maven
 from pylog.testing.maven import classpath
 from pylog.testing.process import ServerProcess
 from pylog.testing.waiting import wait_until
 from pylog.testing.zookeeper import zookeeper_fixture
 from tests.broker.wire import WireClient
 from tests.cluster.cluster_helpers import LocalCluster
+from tests.peer.java_tools import JVM_OPTIONS, replicated_cluster_fixture
 
 zookeeper = zookeeper_fixture()
 
@@ -59,37 +59,13 @@ VOCABULARY = ("apple banana cherry damson elder fig grape hazel iris juniper kiw
               "mango nectarine olive peach quince rowan sloe tamarind").split()
 # Lines a second produced while Streams runs, is killed and comes back.
 RATE = 100
-JVM_OPTIONS = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData",
-               "-Djava.awt.headless=true")
 # Streams' threads and clients at INFO (rebalances, restores, task migrations), the rest WARN.
-LOG4J2 = """\
-status = warn
-appender.out.type = Console
-appender.out.name = out
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p [%t] %m (%c)%n
-rootLogger.level = WARN
-rootLogger.appenderRef.out.ref = out
-logger.streams.name = org.apache.kafka.streams
-logger.streams.level = INFO
-"""
+LOG4J2 = maven.log4j2_console("WARN", {"org.apache.kafka.streams": "INFO"},
+                              pattern="[%d] %p [%t] %m (%c)%n")
 
 
-@pytest.fixture(scope="module")
-def cluster(zookeeper, tmp_path_factory):
-    connect = f"{zookeeper.connect_string}/kafka-streams-{uuid.uuid4().hex[:8]}"
-    cluster = LocalCluster(tmp_path_factory.mktemp("kafka-streams"), connect, extra={
-        "default.replication.factor": 3, "min.insync.replicas": 2,
-        "offsets.topic.replication.factor": 3, "offsets.topic.num.partitions": 3,
-        "transaction.state.log.replication.factor": 3,
-        "transaction.state.log.min.isr": 2, "transaction.state.log.num.partitions": 3,
-        "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000,
-        "group.initial.rebalance.delay.ms": 0, "replica.lag.time.max.ms": 3000,
-        "replica.fetch.wait.max.ms": 100}).start()
-    try:
-        yield cluster
-    finally:
-        cluster.close()
+cluster = replicated_cluster_fixture("kafka-streams", **{
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000})
 
 
 class StreamsApp:
