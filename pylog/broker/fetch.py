@@ -80,15 +80,37 @@ class FetchWork:
     # waiter's wake; a woken attempt reads only those and reuses the others' answers.
     changed: set = field(default_factory=set)
     _unchanged: dict = field(default_factory=dict)  # (topic, partition) -> positions-only answer
+    # An incremental session Fetch reads some of its session's partitions and waits on all.
+    watched: list | None = None
 
     def __post_init__(self) -> None:
-        self.partitions = [TopicPartition(t["topic"], p["partition"])
-                           for t in self.body["topics"] for p in t["partitions"]]
+        self._reading = {TopicPartition(t["topic"], p["partition"])
+                         for t in self.body["topics"] for p in t["partitions"]}
+        self.partitions = self.watched if self.watched is not None else list(self._reading)
         self.replica_id = self.body.get("replica_id", -1)
         self.throttled: set[tuple[str, int]] = set()  # this attempt's leader-throttled reads
         self.read_committed = self.body.get("isolation_level", 0) == READ_COMMITTED
         if self.replica_id >= 0 and self.logs.replicas is not None:
             self._record_follower_positions()
+
+    def _read_more(self, woken: set) -> set:
+        """The session's partitions changed since this Fetch began (marked in the session,
+        or ``woken`` this Fetch): read from now on. Returns them."""
+        session = self.session
+        with session.lock:
+            more = session.take_dirty() | woken
+            topics = {t["topic"]: t for t in self.body["topics"]}
+            for tp in more - self._reading:
+                entry = session.partitions.get(tp)
+                if entry is None:
+                    continue  # forgotten meanwhile
+                self._reading.add(tp)
+                topic = topics.get(tp.topic)
+                if topic is None:
+                    topic = topics[tp.topic] = {"topic": tp.topic, "partitions": []}
+                    self.body["topics"].append(topic)
+                topic["partitions"].append(entry)
+        return more
 
     def _record_follower_positions(self) -> None:
         for topic in self.body["topics"]:
@@ -125,6 +147,8 @@ class FetchWork:
         # A woken attempt re-reads what changed; the first, a deadline's and a re-check
         # after parking (nothing marked changed) read everything.
         changed, self.changed = self.changed, set()
+        if self.incremental and self.watched is not None:
+            changed |= self._read_more(changed)
         reuse = self._unchanged if changed and not final else {}
         unchanged: dict = {}
         topics_out: list[dict] = []
@@ -247,11 +271,25 @@ def start_fetch(body: dict, version: int, logs: PartitionLogs, now: float,
         except KafkaError as error:
             return _session_error(error.errno)
         if session is not None and incremental:
-            body = dict(body, topics=session.request_topics())
+            requested = {TopicPartition(t["topic"], p["partition"])
+                         for t in body["topics"] for p in t["partitions"]}
+            with session.lock:
+                topics = session.request_topics(session.to_read(requested)
+                                                if sessions.waiters is not None else None)
+                watched = list(session.partitions)
+            body = dict(body, topics=topics)
+            return _started(FetchWork(body, logs, now + max(body["max_wait_ms"], 0) / 1000,
+                                      session=session, incremental=True, watched=watched),
+                            max_bytes)
+    return _started(FetchWork(body, logs, now + max(body["max_wait_ms"], 0) / 1000,
+                              session=session), max_bytes)
+
+
+def _started(work: FetchWork, max_bytes: int | None) -> FetchWork:
+    body = work.body
     if max_bytes is not None and body.get("replica_id", -1) < 0 and body["max_bytes"] > max_bytes:
         body["max_bytes"] = max_bytes
-    return FetchWork(body, logs, now + max(body["max_wait_ms"], 0) / 1000, session=session,
-                     incremental=session is not None and incremental)
+    return work
 
 
 def _session_error(code: int) -> dict:

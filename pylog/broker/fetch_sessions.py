@@ -46,24 +46,66 @@ class FetchSession:
     partitions: "OrderedDict[TopicPartition, dict]"
     sent: dict[TopicPartition, tuple[int, int, int]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # Partitions appended to (or otherwise changed) since a Fetch last looked, marked by
+    # the broker's AppendWaiters: an incremental Fetch reads those, the ones it names and
+    # the ones never answered, not all of them.
+    dirty: set = field(default_factory=set)
+    waiters: object = field(default=None, repr=False)
+
+    def mark(self, tp: TopicPartition) -> None:
+        self.dirty.add(tp)
+
+    def take_dirty(self) -> set:
+        # Copy, then remove what was copied: a mark from an appending thread meanwhile
+        # stays for the next look (each set operation is atomic; swapping the set is not).
+        taken = set(self.dirty)
+        self.dirty -= taken
+        return taken
+
+    def watch(self, tps) -> None:
+        if self.waiters is not None:
+            self.waiters.add(list(tps), self.mark)
+
+    def unwatch(self, tps) -> None:
+        if self.waiters is not None:
+            self.waiters.remove(list(tps), self.mark)
 
     def update(self, body: dict) -> None:
         """Take an incremental request's partitions and forgotten ones."""
+        forgotten = []
         for topic in body.get("forgotten_topics_data") or ():
             for partition in topic["partitions"]:
                 tp = TopicPartition(topic["topic"], partition)
-                self.partitions.pop(tp, None)
+                if self.partitions.pop(tp, None) is not None:
+                    forgotten.append(tp)
                 self.sent.pop(tp, None)
+        added = []
         for topic in body["topics"]:
             for p in topic["partitions"]:
-                self.partitions[TopicPartition(topic["topic"], p["partition"])] = p
+                tp = TopicPartition(topic["topic"], p["partition"])
+                if tp not in self.partitions:
+                    added.append(tp)
+                self.partitions[tp] = p
+        self.unwatch(forgotten)
+        self.watch(added)
 
-    def request_topics(self) -> list[dict]:
-        """The session's partitions as a Fetch request's ``topics``."""
+    def request_topics(self, only: set | None = None) -> list[dict]:
+        """The session's partitions (those in ``only``, if given) as a Fetch request's
+        ``topics``."""
         topics: dict[str, list[dict]] = {}
         for tp, entry in self.partitions.items():
-            topics.setdefault(tp.topic, []).append(entry)
+            if only is None or tp in only:
+                topics.setdefault(tp.topic, []).append(entry)
         return [{"topic": name, "partitions": parts} for name, parts in topics.items()]
+
+    def to_read(self, requested: set) -> set:
+        """What an incremental Fetch reads: the partitions it names, those changed since the
+        last Fetch, those never answered without an error and those whose position is below
+        the high watermark last sent (records the client has not taken yet)."""
+        sent = self.sent
+        pending = {tp for tp, entry in self.partitions.items()
+                   if tp not in sent or entry["fetch_offset"] < sent[tp][0]}
+        return requested | self.take_dirty() | pending
 
     def filter_response(self, response: dict, full: bool) -> dict:
         """Remember what the response tells the client of each partition; unless ``full``
@@ -90,8 +132,9 @@ class FetchSession:
 class FetchSessionCache:
     """The broker's fetch sessions, at most ``slots`` of them."""
 
-    def __init__(self, slots: int = 1000) -> None:
+    def __init__(self, slots: int = 1000, waiters=None) -> None:
         self.slots = slots
+        self.waiters = waiters  # the broker's AppendWaiters (None: sessions read everything)
         self._sessions: OrderedDict[int, FetchSession] = OrderedDict()
         self._lock = threading.Lock()
         self._ids = itertools.count(random.randrange(1, 1 << 20))
@@ -134,14 +177,20 @@ class FetchSessionCache:
         for topic in body["topics"]:
             for p in topic["partitions"]:
                 partitions[TopicPartition(topic["topic"], p["partition"])] = p
+        evicted = []
         with self._lock:
             while len(self._sessions) >= self.slots:
-                self._sessions.popitem(last=False)  # the least recently used
+                evicted.append(self._sessions.popitem(last=False)[1])  # least recently used
             session_id = next(self._ids) % MAX_EPOCH or next(self._ids)
-            session = FetchSession(session_id, 1, partitions)
+            session = FetchSession(session_id, 1, partitions, waiters=self.waiters)
             self._sessions[session_id] = session
+        for old in evicted:
+            old.unwatch(old.partitions)
+        session.watch(partitions)
         return session
 
     def close(self, session_id: int) -> None:
         with self._lock:
-            self._sessions.pop(session_id, None)
+            session = self._sessions.pop(session_id, None)
+        if session is not None:
+            session.unwatch(session.partitions)

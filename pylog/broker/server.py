@@ -274,7 +274,7 @@ class Broker:
                                 group_handlers, sasl=self.sasl)
         dispatcher.fetch_max_bytes = config["fetch.max.bytes"]
         dispatcher.fetch_sessions = FetchSessionCache(
-            config["max.incremental.fetch.session.cache.slots"])
+            config["max.incremental.fetch.session.cache.slots"], waiters)
         dispatcher.serve(ApiKey.TXN_OFFSET_COMMIT, (0, 4), group_handlers.txn_offset_commit)
         for api_key, versions, handler in TransactionHandlers(
                 self.transactions, self.coordinator.partition_of, self.clock).services():

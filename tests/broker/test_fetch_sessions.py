@@ -5,6 +5,9 @@ reading every record through one."""
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -41,9 +44,9 @@ def entry(partition: int, offset: int) -> dict:
 
 
 def fetch(connection, session_id: int, epoch: int, offsets: dict[int, int],
-          forgotten: list[int] = ()) -> dict:
+          forgotten: list[int] = (), max_wait_ms: int = 50) -> dict:
     return connection.request(ApiKey.FETCH, {
-        "replica_id": -1, "max_wait_ms": 50, "min_bytes": 1, "max_bytes": 1 << 20,
+        "replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": 1, "max_bytes": 1 << 20,
         "isolation_level": 0, "session_id": session_id, "session_epoch": epoch,
         "topics": [{"topic": TOPIC, "partitions": [entry(p, o) for p, o in offsets.items()]}]
         if offsets else [],
@@ -86,13 +89,25 @@ def test_a_session_sends_only_what_changed(broker, topic):
         produce(broker, {0: 2, 2: 2})
         assert set(partitions(fetch(connection, session, 7, {}))) == {2}
 
+        # A Fetch waiting on the session is woken by an append to a partition it did not
+        # name, and answers with it before its long wait is over.
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(fetch, connection, session, 8, {2: 7}, (), 20000)
+            time.sleep(0.5)
+            produce(broker, {2: 1})
+            woken = waiting.result(15)
+        assert list(partitions(woken)) == [2]  # well before the 20 s wait (result(15))
+        epoch = 9
+
         # Out of turn, unknown, closed.
         assert fetch(connection, session, 3, {})["error_code"] == INVALID_FETCH_SESSION_EPOCH
+        assert fetch(connection, session, epoch, {})["error_code"] == 0
         assert fetch(connection, session + 1, 1, {})["error_code"] == FETCH_SESSION_ID_NOT_FOUND
         closed = fetch(connection, session, -1, {0: 0})
         assert closed["error_code"] == 0 and closed["session_id"] == 0
         assert partitions(closed)[0] > 0
-        assert fetch(connection, session, 8, {})["error_code"] == FETCH_SESSION_ID_NOT_FOUND
+        assert fetch(connection, session, epoch + 1, {})["error_code"] == \
+            FETCH_SESSION_ID_NOT_FOUND
     finally:
         connection.close()
 
