@@ -16,6 +16,7 @@ import pytest
 from pylog.client import Admin, SimpleConsumer
 from pylog.etl.job import LoadRequest, run_load
 from pylog.testing.broker import broker_fixture
+from pylog.testing.waiting import wait_until
 from tests.etl.helpers import assert_exactly_once, write_config
 
 broker = broker_fixture(scope="module", overrides={
@@ -44,6 +45,16 @@ def send(producer: confluent_kafka.Producer, numbers) -> None:
 
 def loaded_numbers(spark, warehouse) -> list[int]:
     return sorted(r["n"] for r in spark.read.parquet(str(warehouse / TOPIC)).collect())
+
+
+def wait_for_markers(bootstrap: str) -> None:
+    """Until no transaction is open in the topic: its stable offsets reach its log ends."""
+    def settled() -> bool:
+        with SimpleConsumer(bootstrap, isolation_level="read_committed") as committed, \
+                SimpleConsumer(bootstrap) as uncommitted:
+            return all(committed.latest_offset(TOPIC, p) == uncommitted.latest_offset(TOPIC, p)
+                       for p in (0, 1))
+    wait_until(settled, message="the commit's markers")
 
 
 def committed_keys(bootstrap: str) -> set[tuple[str, int, int]]:
@@ -84,6 +95,10 @@ def test_load_skips_aborted_transactions_and_waits_for_open_ones(spark, broker, 
     assert first[0].rows_written == 60
 
     pending.commit_transaction(30)
+    # EndTxn is answered once the commit is decided; the markers that move the last stable
+    # offset follow (as in Kafka), and a load runs to the stable offset it finds: wait for
+    # them, as a scheduled run comes later anyway.
+    wait_for_markers(broker.bootstrap)
     run_load(config, spark, LoadRequest(run_id="t2"))
     assert loaded_numbers(spark, tmp_path / "warehouse") == list(range(90))
     assert_exactly_once(spark, tmp_path / "warehouse", TOPIC, committed_keys(broker.bootstrap))
