@@ -6,7 +6,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
-DEBS := kcat zookeeper docker-compose openjdk-17-jre-headless maven postgresql chromium iproute2
+DEBS := kcat zookeeper docker-compose openjdk-17-jdk-headless maven postgresql chromium iproute2
 STAMP := $(VENV)/.installed
 JAVA_STAMP := $(VENV)/.java-installed
 
