@@ -42,7 +42,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from pylog.broker.fetch_sessions import (
-    FINAL_EPOCH, INITIAL_EPOCH, FetchSession, FetchSessionCache, FetchSessionIdNotFoundError)
+    FINAL_EPOCH, INITIAL_EPOCH, FetchSession, FetchSessionCache, FetchSessionIdNotFoundError,
+    records_size)
 from pylog.broker.partitions import PartitionLogs
 from pylog.errors import InvalidRequestError, KafkaError, PylogError, UnsupportedVersionError
 from pylog.records import decode_batch
@@ -172,8 +173,7 @@ class FetchWork:
                         result = self._read(topic["topic"], p, remaining,
                                             min_one=total == 0 or from_follower)
                     partitions_out.append(result)
-                    records = result["records"]
-                    size = len(records) if isinstance(records, bytes) else records.length
+                    size = records_size(result)
                     total += size
                     remaining -= size
                     failed = failed or result["error_code"] != 0
@@ -259,7 +259,7 @@ def start_fetch(body: dict, version: int, logs: PartitionLogs, now: float,
     follower's is its own (``replica.fetch.response.max.bytes``)."""
     if version < MIN_FETCH_VERSION:
         raise UnsupportedVersionError(f"Fetch v{version} is not supported; use v4 or later")
-    session = None
+    session, watched = None, None
     incremental = body.get("session_epoch", FINAL_EPOCH) > INITIAL_EPOCH
     if sessions is None or version < FIRST_SESSION_VERSION:
         if body.get("session_id", 0) != 0 or incremental:
@@ -278,18 +278,10 @@ def start_fetch(body: dict, version: int, logs: PartitionLogs, now: float,
                                                 if sessions.waiters is not None else None)
                 watched = list(session.partitions)
             body = dict(body, topics=topics)
-            return _started(FetchWork(body, logs, now + max(body["max_wait_ms"], 0) / 1000,
-                                      session=session, incremental=True, watched=watched),
-                            max_bytes)
-    return _started(FetchWork(body, logs, now + max(body["max_wait_ms"], 0) / 1000,
-                              session=session), max_bytes)
-
-
-def _started(work: FetchWork, max_bytes: int | None) -> FetchWork:
-    body = work.body
     if max_bytes is not None and body.get("replica_id", -1) < 0 and body["max_bytes"] > max_bytes:
         body["max_bytes"] = max_bytes
-    return work
+    return FetchWork(body, logs, now + max(body["max_wait_ms"], 0) / 1000, session=session,
+                     incremental=watched is not None, watched=watched)
 
 
 def _session_error(code: int) -> dict:

@@ -36,6 +36,12 @@ FetchSessionIdNotFoundError = KafkaError.for_code(70)
 InvalidFetchSessionEpochError = KafkaError.for_code(71)
 
 
+def records_size(result: dict) -> int:
+    """The bytes of records in one partition's Fetch answer (bytes or a file region)."""
+    records = result["records"]
+    return len(records) if isinstance(records, bytes) else records.length
+
+
 @dataclass
 class FetchSession:
     """One client's partitions (each its latest request entry, in order) and what the last
@@ -117,9 +123,7 @@ class FetchSession:
             for p in topic["partitions"]:
                 tp = TopicPartition(topic["topic"], p["partition_index"])
                 positions = (p["high_watermark"], p["last_stable_offset"], p["log_start_offset"])
-                records = p["records"]
-                size = len(records) if isinstance(records, bytes) else records.length
-                if full or size or p["error_code"] or self.sent.get(tp) != positions:
+                if full or records_size(p) or p["error_code"] or self.sent.get(tp) != positions:
                     kept.append(p)
                     if not p["error_code"]:
                         self.sent[tp] = positions
