@@ -31,9 +31,9 @@ import time
 from collections import deque
 from typing import Callable
 
-from pylog.log.config import THROTTLE_ALL, throttled_replicas
+from pylog.log.config import MAX_LONG, THROTTLE_ALL, throttled_replicas
 
-UNLIMITED = 2**63 - 1  # Kafka's Long.MAX_VALUE: no throttle
+UNLIMITED = MAX_LONG  # Kafka's Long.MAX_VALUE: no throttle
 
 
 class ReplicationQuota:
