@@ -231,6 +231,7 @@ InvalidRecordError: type[KafkaError] = globals()["InvalidRecordError"]
 InvalidTimestampError: type[KafkaError] = globals()["InvalidTimestampError"]
 CoordinatorNotAvailableError: type[KafkaError] = globals()["CoordinatorNotAvailableError"]
 UnknownTopicIdError: type[KafkaError] = globals()["UnknownTopicIdError"]
+InvalidTxnStateError: type[KafkaError] = globals()["InvalidTxnStateError"]
 
 
 def raise_for_code(code: int, message: str | None = None) -> None:

@@ -267,6 +267,10 @@ _SETTINGS: dict[str, tuple[Callable[[str, str], object], object, str]] = {
         _int, 5 * 1024 * 1024, "bytes read at a time when loading transactional ids"),
     "transaction.max.timeout.ms": (_int, 900000,
                                    "longest transaction.timeout.ms a producer may ask for"),
+    "transaction.partition.verification.enable": (
+        _bool, True, "partition leaders ask the transaction coordinator whether a "
+                     "transactional batch's partition is in its producer's transaction "
+                     "before it opens one there (KIP-890)"),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
         _int, 10000, "how often transactions past their timeout are aborted"),
     "transactional.id.expiration.ms": (

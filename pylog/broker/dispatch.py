@@ -225,6 +225,7 @@ class Dispatcher:
                 or ApiKey.PRODUCE in self.services):
             return []
         cluster = self.logs.replicas is not None
+        verifying = self.logs.txn_verifier is not None
         staged: list[tuple[int, int, dict, Callable | None]] = []
         order: list[Reply | int] = []  # a reply, or the index of a staged request
         for payload in payloads:
@@ -235,7 +236,10 @@ class Dispatcher:
             if type(decoded) is Reply or decoded[0] != ApiKey.PRODUCE:
                 break
             _, version, correlation_id, request = decoded
-            waits = cluster and request.body["acks"] == -1
+            # A request that may wait comes alone: for the ISR (acks=all in a cluster), or
+            # for its transaction's verification.
+            waits = (cluster and request.body["acks"] == -1) or (
+                verifying and request.body.get("transactional_id") is not None)
             if waits and order:
                 break
             body, finish = request.body, None

@@ -19,7 +19,10 @@ from pylog.coordinator.codes import (
 from pylog.coordinator.coordinator import GroupCoordinator
 from pylog.coordinator.group import Pending
 from pylog.coordinator.membership import JoinRequest, join_error, sync_error
+from pylog.broker.txn_verification import NETWORK_EXCEPTION, VERIFY_TIMEOUT_S, verification_error
 from pylog.coordinator.store import TxnProducer, offsets_tp
+from pylog.errors import KafkaError
+from pylog.log.producer_state import SENTINEL
 from pylog.protocol import ApiKey
 from pylog.security.acls import ResourceType
 from pylog.security.operations import all_operations
@@ -54,14 +57,53 @@ class GroupWork:
         return None
 
 
+@dataclass
+class VerifiedCommit:
+    """A TxnOffsetCommit waiting for its transaction's verification, then for its write:
+    ``commit()`` once ``verification`` says the partition is in the transaction (its
+    answer, a body or a GroupWork to wait on), else ``refuse(error code)``."""
+
+    verification: Pending
+    commit: Callable[[], object]
+    refuse: Callable[[int], dict]
+    deadline: float
+    partitions: list[TopicPartition]
+    written: GroupWork | None = None
+
+    def attempt(self, final: bool) -> dict | None:
+        if self.written is not None:
+            return self.written.attempt(final)
+        answer = self.verification.body
+        if answer is None:
+            if not final:
+                return None
+            answer = {"error_code": NETWORK_EXCEPTION}
+        if answer["error_code"]:
+            return self.refuse(answer["error_code"])
+        outcome = self.commit()
+        if not isinstance(outcome, GroupWork):
+            return outcome
+        self.written = outcome  # its deadline is before this one's
+        return outcome.attempt(final)
+
+
+def _failed_commit(body: dict, code: int) -> dict:
+    return {"throttle_time_ms": 0, "topics": [
+        {"name": topic["name"], "partitions": [
+            {"partition_index": p["partition_index"], "error_code": code}
+            for p in topic["partitions"]]}
+        for topic in body["topics"]]}
+
+
 class GroupHandlers:
     """Group API handlers over one ``GroupCoordinator``."""
 
     def __init__(self, coordinator: GroupCoordinator, clock: Callable[[], float],
-                 transactions=None) -> None:
+                 transactions=None, verifier=None) -> None:
         self.coordinator = coordinator
         self.clock = clock
         self.transactions = transactions  # a TransactionCoordinator: FindCoordinator type 1
+        self.verifier = verifier  # a TxnVerifier: TxnOffsetCommit is verified (KIP-890)
 
     def handle(self, api_key: int, version: int, body: dict, client_id: str | None,
                client_host: str, listener: str | None = None):
@@ -187,12 +229,40 @@ class GroupHandlers:
             body["group_id"], generation, member_id, body["group_instance_id"], offsets))
 
     def txn_offset_commit(self, version: int, body: dict, session=None):
-        """TxnOffsetCommit v0-4, as a ``Dispatcher.serve`` service."""
-        producer = TxnProducer(body["producer_id"], body["producer_epoch"])
-        # Clients before 2.0 do not retry COORDINATOR_LOAD_IN_PROGRESS.
-        return self._commit(body, lambda offsets: self.coordinator.txn_offsets.commit(
-            body["group_id"], producer, body["generation_id"], body["member_id"],
-            body["group_instance_id"], offsets), loading_unavailable=version < 2)
+        """TxnOffsetCommit v0-4, as a ``Dispatcher.serve`` service. With a ``verifier``
+        (KIP-890), the transaction coordinator first confirms that the group's offsets
+        partition is in the producer's transaction."""
+        def commit(producer: TxnProducer):
+            # Clients before 2.0 do not retry COORDINATOR_LOAD_IN_PROGRESS.
+            return self._commit(body, lambda offsets: self.coordinator.txn_offsets.commit(
+                body["group_id"], producer, body["generation_id"], body["member_id"],
+                body["group_instance_id"], offsets), loading_unavailable=version < 2)
+
+        producer_id, epoch = body["producer_id"], body["producer_epoch"]
+        if self.verifier is None:
+            return commit(TxnProducer(producer_id, epoch))
+        tp = offsets_tp(self.coordinator.partition_of(body["group_id"]))
+        try:
+            guard = self.coordinator.store.logs.leader_log(
+                tp.topic, tp.partition).start_verification(producer_id)
+        except KafkaError:
+            guard = None  # not the coordinator: the commit itself answers so
+        if guard is None:
+            return commit(TxnProducer(producer_id, epoch, SENTINEL))
+        verification = Pending()
+
+        def answered(errors: dict) -> None:  # from the verifier's thread
+            verification.complete({"error_code": errors.get(tp, 0)})
+            self.coordinator.store.logs.waiters.notify(tp)
+
+        errors = self.verifier.verify(body["transactional_id"], producer_id, epoch, {tp},
+                                      answered)
+        if errors is not None:
+            verification.complete({"error_code": errors.get(tp, 0)})
+        work = VerifiedCommit(verification, lambda: commit(TxnProducer(producer_id, epoch, guard)),
+                              lambda code: _failed_commit(body, verification_error(code)),
+                              self.clock() + VERIFY_TIMEOUT_S + self._commit_timeout_s(), [tp])
+        return work.attempt(final=False) or work
 
     def _commit(self, body: dict, commit: Callable, loading_unavailable: bool = False):
         """An OffsetCommit or TxnOffsetCommit: ``commit(offsets)`` under the coordinator's
@@ -219,9 +289,12 @@ class GroupHandlers:
 
         if not isinstance(answer, Pending):
             return render([answer])
-        timeout = self.coordinator.config["offsets.commit.timeout.ms"] / 1000 + 1
         return self._wait(body["group_id"], [answer], render,
-                          dict.fromkeys(offsets, COORDINATOR_NOT_AVAILABLE), timeout)
+                          dict.fromkeys(offsets, COORDINATOR_NOT_AVAILABLE),
+                          self._commit_timeout_s())
+
+    def _commit_timeout_s(self) -> float:
+        return self.coordinator.config["offsets.commit.timeout.ms"] / 1000 + 1
 
     def offset_fetch(self, body: dict, version: int, client_id: str, host: str) -> dict:
         require_stable = version >= 7 and body["require_stable"]

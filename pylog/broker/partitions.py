@@ -101,6 +101,8 @@ class PartitionLogs:
         self._applied_configs: dict[str, Mapping[str, str]] = {}
         self._change_lock = threading.Lock()
         self.replicas = None  # the ReplicaManager, in cluster mode
+        # A TxnVerifier when the broker verifies transactional produce (KIP-890), else None.
+        self.txn_verifier = None
         for tp in manager.partitions():
             # Apply each topic's configs to the logs loaded with the defaults.
             self._attach(tp, manager.get_or_create(tp.topic, tp.partition,

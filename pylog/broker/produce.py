@@ -20,7 +20,10 @@ Transactions: a control batch from a client is INVALID_RECORD (only WriteTxnMark
 writes markers), and so is a transactional batch without a producer id; transactional
 batches in a request without a ``transactional_id`` get
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka answers them. A producer fenced by a newer
-epoch (a transaction the coordinator aborted) gets INVALID_PRODUCER_EPOCH.
+epoch (a transaction the coordinator aborted) gets INVALID_PRODUCER_EPOCH. A leader that
+verifies transactions (KIP-890 part 1, :mod:`pylog.broker.txn_verification`) asks the
+coordinator before a producer's first transactional batch of a transaction: a partition
+not in the producer's transaction gets INVALID_TXN_STATE and nothing is written.
 """
 
 from __future__ import annotations
@@ -31,10 +34,14 @@ from dataclasses import dataclass, field
 from pylog.broker.partitions import PartitionLogs
 from pylog.broker.replica import Role
 from pylog.cluster.placement import INTERNAL_TOPICS, validate_topic_name
+from pylog.broker.txn_verification import TxnVerifier, produce_error
 from pylog.errors import (
-    CorruptMessageError, InvalidRequiredAcksError, InvalidTimestampError, InvalidTopicError,
-    KafkaError, NotEnoughReplicasAfterAppendError, NotLeaderOrFollowerError,
-    RequestTimedOutError, UnsupportedVersionError)
+    CorruptMessageError, InvalidProducerIdMappingError, InvalidRequiredAcksError,
+    InvalidTimestampError, InvalidTopicError, InvalidTxnStateError, KafkaError,
+    NetworkExceptionError, NotEnoughReplicasAfterAppendError, NotEnoughReplicasError,
+    NotLeaderOrFollowerError, RequestTimedOutError, UnsupportedVersionError)
+from pylog.log.producer_state import SENTINEL, VerificationGuard
+from pylog.records.header import read_batch_header
 from pylog.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -136,7 +143,24 @@ def handle_produce_many(requests: list[tuple[dict, int]], logs: PartitionLogs,
     handling them one after another would: each partition's batches are appended in
     request order, with one write per partition for all of them (group commit; see
     :meth:`pylog.log.Log.append_many`). A request that must wait for the ISR (acks=all
-    in a cluster) parks its connection, so it only ever comes alone."""
+    in a cluster) parks its connection, so it only ever comes alone; so does a
+    transactional one on a broker that verifies transactions (it may wait for the
+    coordinator's answer: a ``VerifyingProduce``)."""
+    verifier = logs.txn_verifier
+    if verifier is not None and any(_verifiable(body) for body, _ in requests):
+        if len(requests) > 1:
+            return [handle_produce_many([request], logs, now)[0] for request in requests]
+        body, version = requests[0]
+        return [_verify_then_produce(body, version, logs, now, verifier)]
+    return _produce_many(requests, logs, now)
+
+
+def _produce_many(requests: list[tuple[dict, int]], logs: PartitionLogs, now: float,
+                  allowed: dict | None = None, refused: dict | None = None
+                  ) -> list[dict | ProduceWork | None]:
+    """``handle_produce_many`` once any verification is done: ``allowed`` maps (topic,
+    partition) to the guard its transactional batches are appended with (SENTINEL if
+    not listed), ``refused`` to the error that fails it unwritten."""
     staged: dict[tuple[str, int], list[tuple]] = {}
     answers = []
     for body, version in requests:
@@ -148,12 +172,16 @@ def handle_produce_many(requests: list[tuple[dict, int]], logs: PartitionLogs,
             name = topic_data["name"]
             results = []
             for partition_data in topic_data["partition_data"]:
+                index = partition_data["index"]
                 result = _stage_partition(name, partition_data, version, acks)
+                if result is None and refused and (name, index) in refused:
+                    result = _refused(name, index, refused[name, index])
                 if result is None:
-                    index = partition_data["index"]
                     result = _partition_result(index)
+                    allow = (transactional if allowed is None
+                             else allowed.get((name, index), SENTINEL))
                     staged.setdefault((name, index), []).append(
-                        (partition_data["records"], transactional, result, acks, pending))
+                        (partition_data["records"], allow, result, acks, pending))
                 results.append(result)
             topics_out.append({"name": name, "partition_responses": results})
         answers.append((body, acks, topics_out, pending))
@@ -171,6 +199,108 @@ def handle_produce_many(requests: list[tuple[dict, int]], logs: PartitionLogs,
         else:
             out.append(response)
     return out
+
+
+def _verifiable(body: dict) -> bool:
+    # acks=0 cannot wait for an answer (and no transactional client sends it)
+    return body.get("transactional_id") is not None and body["acks"] != 0
+
+
+def _verify_then_produce(body: dict, version: int, logs: PartitionLogs, now: float,
+                         verifier: TxnVerifier) -> dict | ProduceWork | VerifyingProduce:
+    """A transactional Produce on a verifying leader (KIP-890 part 1, see
+    :mod:`pylog.broker.txn_verification`): each partition where the producer has no
+    transaction open yet is verified with its coordinator first, and appended with the
+    guard it got; the others are appended with SENTINEL (a batch that would open a
+    transaction there now is refused)."""
+    allowed: dict[tuple[str, int], VerificationGuard] = {}
+    refused: dict[tuple[str, int], KafkaError] = {}
+    to_verify: set[TopicPartition] = set()
+    producer = None
+    for topic_data in body["topic_data"]:
+        name = topic_data["name"]
+        for partition_data in topic_data["partition_data"]:
+            index, records = partition_data["index"], partition_data["records"]
+            try:
+                header = None if records is None else read_batch_header(records)
+            except KafkaError:
+                continue  # the append refuses it as corrupt
+            if header is None or not header.is_transactional or header.producer_id < 0:
+                continue
+            if producer is None:
+                producer = (header.producer_id, header.producer_epoch)
+            elif producer != (header.producer_id, header.producer_epoch):
+                refused[name, index] = InvalidProducerIdMappingError(
+                    "transactional records of more than one producer in one request")
+                continue
+            try:
+                guard = logs.leader_log(name, index).start_verification(
+                    header.producer_id, header.producer_epoch, header.base_sequence)
+            except KafkaError:
+                continue  # not the leader, unknown, closed: the append says so
+            if guard is not None:
+                allowed[name, index] = guard
+                to_verify.add(TopicPartition(name, index))
+    if not to_verify:
+        return _produce_many([(body, version)], logs, now, allowed, refused)[0]
+    work = VerifyingProduce(body, version, logs, now, allowed, refused, to_verify)
+    errors = verifier.verify(body["transactional_id"], producer[0], producer[1], to_verify,
+                             work.answered)
+    if errors is None:
+        return work
+    work.errors = errors
+    return work.attempt(final=False) or work
+
+
+class VerifyingProduce:
+    """A transactional Produce waiting for its coordinator's verification; then it is
+    appended and answered (or, acks=all in a cluster, waits on as a ProduceWork)."""
+
+    def __init__(self, body: dict, version: int, logs: PartitionLogs, now: float,
+                 allowed: dict, refused: dict, to_verify: set[TopicPartition]) -> None:
+        self.body, self.version, self.logs, self.now = body, version, logs, now
+        self.allowed, self.refused, self.to_verify = allowed, refused, to_verify
+        self.deadline = now + max(body["timeout_ms"], 0) / 1000
+        self.key = object()  # what the verification's answer wakes
+        self.partitions = [self.key] + [
+            TopicPartition(t["name"], p["index"])
+            for t in body["topic_data"] for p in t["partition_data"]]
+        self.errors: dict[TopicPartition, int] | None = None
+        self.appended: ProduceWork | None = None
+
+    def answered(self, errors: dict[TopicPartition, int]) -> None:
+        """The coordinator's answer (from the verifier's thread)."""
+        self.errors = errors
+        self.logs.waiters.notify(self.key)
+
+    def attempt(self, final: bool) -> dict | None:
+        if self.appended is not None:
+            return self.appended.attempt(final)
+        errors = self.errors
+        if errors is None:
+            if not final:
+                return None
+            errors = dict.fromkeys(self.to_verify, NetworkExceptionError.errno)
+        refused = dict(self.refused)
+        for tp, code in errors.items():
+            if code:
+                refused[tp.topic, tp.partition] = _verification_error(code)
+        outcome = _produce_many([(self.body, self.version)], self.logs, self.now,
+                                self.allowed, refused)[0]
+        if not isinstance(outcome, ProduceWork):
+            return outcome
+        self.appended = outcome
+        return outcome.attempt(final)
+
+
+def _verification_error(code: int) -> KafkaError:
+    code = produce_error(code)
+    if code == InvalidTxnStateError.errno:
+        return InvalidTxnStateError("the partition was not added to the transaction")
+    if code == NotEnoughReplicasError.errno:
+        return NotEnoughReplicasError("could not verify that the partition was added to the "
+                                      "transaction; retry")
+    return KafkaError.for_code(code)("transaction verification failed")
 
 
 def _stage_partition(topic: str, partition_data: dict, version: int, acks: int) -> dict | None:
@@ -192,8 +322,8 @@ def _stage_partition(topic: str, partition_data: dict, version: int, acks: int) 
 
 
 def _append_staged(topic: str, index: int, appends: list[tuple], logs: PartitionLogs) -> None:
-    """Append one partition's staged records, ``(records, allow_transactional, result,
-    acks, pending)`` each, filling in each result (and, for acks=all, its pending wait)."""
+    """Append one partition's staged records, ``(records, allow_transactional (a bool or
+    a verification guard), result, acks, pending)`` each, filling in each result (and, for acks=all, its pending wait)."""
     batches = [(records, transactional) for records, transactional, *_ in appends]
     try:
         if logs.replicas is None:

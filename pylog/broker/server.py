@@ -37,6 +37,7 @@ from pylog.broker.replica_manager import ReplicaManager
 from pylog.broker import (
     delete_records, elections, log_dirs, producers_admin, reassignments, txn_markers)
 from pylog.broker.txn_markers import TxnMarkerService
+from pylog.broker.txn_verification import TxnVerifier
 from pylog.client.security import SecurityConfig, reload_ssl_contexts
 from pylog.cluster.metadata import ClusterMetadata
 from pylog.cluster.standalone import StandaloneMetadata
@@ -122,6 +123,7 @@ class Broker:
         self.replicas: ReplicaManager | None = None
         self.coordinator: GroupCoordinator | None = None
         self.transactions: TransactionCoordinator | None = None
+        self.txn_verifier: TxnVerifier | None = None
         self.sasl: SaslService | None = None
         self.authorizer: AclAuthorizer | None = None
         self.metrics = None  # pylog.broker.metrics.BrokerMetrics when metrics.listener is set
@@ -263,13 +265,18 @@ class Broker:
                                                    self.clock, wall_ms=self.wall_ms)
         self.transactions.markers.security = inter_broker
         self.transactions.start()
+        if config["transaction.partition.verification.enable"]:
+            self.txn_verifier = logs.txn_verifier = TxnVerifier(
+                self.transactions, self.metadata, config.inter_broker_listener_name,
+                inter_broker, config["broker.id"], self.clock)
         self.sasl = SaslService(
             open_broker_store(config.log_dirs, config["zookeeper.connect"],
                               session_timeout_ms=config["zookeeper.session.timeout.ms"],
                               connection_timeout_ms=config["zookeeper.connection.timeout.ms"]),
             config["sasl.enabled.mechanisms"].split(","),
             reauth_ms=config["connections.max.reauth.ms"], clock=self.clock)
-        group_handlers = GroupHandlers(self.coordinator, self.clock, self.transactions)
+        group_handlers = GroupHandlers(self.coordinator, self.clock, self.transactions,
+                                       self.txn_verifier)
         dispatcher = Dispatcher(AdminHandlers(dynamic, self.metadata, logs), logs, self.clock,
                                 group_handlers, sasl=self.sasl)
         dispatcher.fetch_max_bytes = config["fetch.max.bytes"]
@@ -362,6 +369,8 @@ class Broker:
         self.replicas.set_security(security)
         if self.transactions is not None:
             self.transactions.markers.security = security
+        if self.txn_verifier is not None:
+            self.txn_verifier.security = security
         log.info("replica fetchers and transaction markers: new connections use the TLS "
                  "settings of listener %s", name)
 
@@ -486,6 +495,9 @@ class Broker:
         if self.authorizer is not None:
             self.authorizer.close()
             self.authorizer = None
+        if self.txn_verifier is not None:
+            self.txn_verifier.stop()
+            self.txn_verifier = None
         if self.transactions is not None:
             self.transactions.stop()
             self.transactions = None

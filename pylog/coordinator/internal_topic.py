@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import collections
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from pylog.broker.partitions import AppendWaiters, PartitionLogs
@@ -45,10 +45,12 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class TxnProducer:
-    """The producer whose transaction an append belongs to."""
+    """The producer whose transaction an append belongs to; ``guard``: the verification
+    guard its append opens the transaction with (KIP-890; None: not verified)."""
 
     producer_id: int
     producer_epoch: int
+    guard: object = field(default=None, compare=False, hash=False, repr=False)
 
 
 @dataclass
@@ -183,11 +185,14 @@ class InternalTopicStore:
             for key, value in records:
                 builder.append(key, value, (), timestamp_ms)
             batch = builder.build()
+            allow = True if producer is None or producer.guard is None else producer.guard
             if self.logs.replicas is None:
-                info = self.logs.leader_log(self.topic, partition).append(batch)
+                info = self.logs.leader_log(self.topic, partition).append(
+                    batch, allow_transactional=allow)
                 replica, epoch, deadline = None, 0, 0.0
             else:
-                info, replica, epoch = self.logs.replicas.append_as_leader(tp, batch, -1)
+                info, replica, epoch = self.logs.replicas.append_as_leader(
+                    tp, batch, -1, allow_transactional=allow)
                 deadline = self.clock() + self.append_timeout_s
         except (NotLeaderOrFollowerError, UnknownTopicOrPartitionError) as error:
             raise NotCoordinatorError(str(error)) from None

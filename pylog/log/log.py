@@ -49,7 +49,8 @@ from pylog.log.config import LogConfig
 from pylog.log.leader_epoch import EpochEntry, LeaderEpochCache
 from pylog.log.loader import (
     RECOVERY_MAX_BATCH, load_leader_epochs, load_producer_state, load_segments)
-from pylog.log.producer_state import BatchMetadata, ProducerStateManager, continues_unwritten
+from pylog.log.producer_state import (
+    BatchMetadata, ProducerStateManager, VerificationGuard, continues_unwritten)
 from pylog.log.producers import AssignedBatch, LogProducers
 from pylog.log.transaction_index import AbortedTxn
 from pylog.log.results import AppendInfo, FileRegion, ReadResult
@@ -310,14 +311,16 @@ class Log:
         Control batches are refused (InvalidRecordError: only :meth:`append_marker` writes
         markers), and so are transactional batches without a producer id, or any
         transactional batch unless ``allow_transactional`` (a Produce request without a
-        transactional id: TransactionalIdAuthorizationFailedError).
+        transactional id: TransactionalIdAuthorizationFailedError). A verifying leader
+        passes a ``VerificationGuard`` instead of True (see :meth:`start_verification`).
         """
         result = self.append_many([(records, allow_transactional)], leader_epoch)[0]
         if isinstance(result, KafkaError):
             raise result
         return result
 
-    def append_many(self, appends: Sequence[tuple[bytes | bytearray | memoryview, bool]],
+    def append_many(self, appends: Sequence[tuple[bytes | bytearray | memoryview,
+                                                  bool | VerificationGuard]],
                     leader_epoch: int | None = None) -> list[AppendInfo | KafkaError]:
         """Append the records of several produce requests, ``(records,
         allow_transactional)`` each, as that many :meth:`append` calls in that order would,
@@ -360,8 +363,11 @@ class Log:
                                                 record_producers=bool(unwritten)) or rolled_at
                     run, run_bytes, unwritten = [], 0, {}
                 if idempotent:
+                    guard = appends[index][1]
                     try:
-                        duplicate = self._producers.check(idempotent, unwritten)
+                        duplicate = self._producers.check(
+                            idempotent, unwritten,
+                            guard if type(guard) is VerificationGuard else None)
                     except KafkaError as error:
                         results[index] = error
                         continue
@@ -855,6 +861,17 @@ class Log:
         self._clamp_replicated_hw()
 
     # -- producer state -------------------------------------------------------------------
+
+    def start_verification(self, producer_id: int, epoch: int = -1, sequence: int = -1
+                           ) -> VerificationGuard | None:
+        """The guard a verifying leader appends ``producer_id``'s next transactional
+        batch (``epoch``, first ``sequence``; -1 for a coordinator's own batch) with once
+        the transaction coordinator has verified it (KIP-890, see
+        :mod:`pylog.log.producer_state`); None if the producer has a transaction open
+        here (nothing to verify)."""
+        with self._lock:
+            self._check_open()
+            return self._producers.start_verification(producer_id, epoch, sequence)
 
     def open_transactions(self) -> dict[int, int]:
         """``{first offset: producer id}`` of the transactions open in this log."""

@@ -27,22 +27,63 @@ read past its first offset, whatever the marker says. The first unstable offset 
 smallest first offset of the open and the unreplicated transactions; the log's last
 stable offset is that, capped by the high watermark.
 
+Verification (KIP-890 part 1): a leader that verifies transactions asks the
+transaction coordinator, before a producer's first transactional batch of a transaction,
+whether the partition is in that producer's transaction. :meth:`start_verification` gives
+it a ``VerificationGuard`` to hold meanwhile; a marker for the producer drops the guard.
+The batch is appended with the guard, and opens a transaction only if the guard is still
+the producer's (INVALID_TXN_STATE otherwise): a batch delayed past the end of its
+transaction (a marker written while it was on its way) cannot open a transaction nobody
+will ever end, which would hold back every read_committed reader of the partition. The
+guards live in memory only: after a restart the producer verifies again.
+
 Followers, and a log rebuilding its state from the log, apply batches without the checks.
 The state survives restarts through snapshots (:mod:`pylog.log.producer_snapshot`).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
 from pylog.errors import (
-    InvalidProducerEpochError, OutOfOrderSequenceNumberError, TransactionCoordinatorFencedError)
+    InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceNumberError,
+    TransactionCoordinatorFencedError)
 from pylog.records.control import TxnMarker
 from pylog.records.header import BatchHeader
 
 NUM_BATCHES_TO_RETAIN = 5
 MAX_SEQUENCE = 2**31 - 1
+
+
+class VerificationGuard:
+    """What a leader holds while the coordinator verifies a producer's transaction (see
+    the module doc): compared by identity. ``SENTINEL`` is never any producer's guard:
+    appending with it opens no transaction."""
+
+    __slots__ = ("producer_id", "epoch", "lowest_sequence", "created")
+
+    def __init__(self, producer_id: int, epoch: int = -1, sequence: int = -1) -> None:
+        self.producer_id = producer_id
+        # The lowest sequence seen verifying in the newest epoch: the producer's batches
+        # after it wait until it is written (else a retried lower one would be out of
+        # order for ever).
+        self.epoch = epoch
+        self.lowest_sequence = sequence
+        self.created = time.monotonic()  # an abandoned guard expires with idle producers
+
+    def saw(self, epoch: int, sequence: int) -> None:
+        if epoch > self.epoch:
+            self.epoch, self.lowest_sequence = epoch, sequence
+        elif epoch == self.epoch and sequence < self.lowest_sequence:
+            self.lowest_sequence = sequence
+
+    def __repr__(self) -> str:
+        return f"VerificationGuard(producer {self.producer_id})"
+
+
+SENTINEL = VerificationGuard(-1)
 
 
 def next_sequence(sequence: int, delta: int = 1) -> int:
@@ -176,17 +217,38 @@ class ProducerStateManager:
         # first offset -> marker offset of each completed transaction whose marker the
         # high watermark has not passed yet, in marker order
         self.unreplicated: dict[int, int] = dict(sorted(unreplicated, key=lambda t: t[1]))
+        # producer id -> the guard of its transaction's verification (see the module doc)
+        self.guards: dict[int, VerificationGuard] = {}
 
     def __len__(self) -> int:
         return len(self.producers)
 
+    def start_verification(self, producer_id: int, epoch: int, sequence: int
+                           ) -> VerificationGuard | None:
+        """The guard to append ``producer_id``'s next transactional batch (in ``epoch``,
+        from ``sequence``) with, once the coordinator has verified its transaction; None
+        if it has a transaction open here already (nothing to verify). A verification
+        under way keeps its guard."""
+        entry = self.producers.get(producer_id)
+        if entry is not None and entry.txn_first_offset >= 0:
+            return None
+        guard = self.guards.get(producer_id)
+        if guard is None:
+            guard = self.guards[producer_id] = VerificationGuard(producer_id, epoch, sequence)
+        else:
+            guard.saw(epoch, sequence)
+        return guard
+
     def check(self, headers: list[BatchHeader],
-              unwritten: dict[int, tuple[int, int]] | None = None) -> BatchMetadata | None:
+              unwritten: dict[int, tuple[int, int]] | None = None,
+              guard: VerificationGuard | None = None) -> BatchMetadata | None:
         """Check a leader's batches before they are written. Returns the kept batch a
         duplicate repeats (then nothing may be written, as in Kafka), else None.
 
         Raises InvalidProducerEpochError or OutOfOrderSequenceNumberError. Several
-        batches of one producer in one append are checked as a sequence.
+        batches of one producer in one append are checked as a sequence. With a
+        ``guard`` (a verifying leader), a transactional batch that would open a
+        transaction raises InvalidTxnStateError unless ``guard`` is its producer's.
 
         ``unwritten`` (producer id -> (epoch, last sequence)) holds batches checked but
         not written yet (a group commit's): the batches are checked as following them,
@@ -205,11 +267,23 @@ class ProducerStateManager:
                 duplicate = entry.find_duplicate(epoch, first_seq, last_seq)
                 if duplicate is not None:
                     return duplicate
+            verifying = self.guards.get(producer_id)
+            if verifying is not None and first_seq > verifying.lowest_sequence >= 0:
+                raise OutOfOrderSequenceNumberError(
+                    f"producer {producer_id}: sequence {first_seq} while its sequence "
+                    f"{verifying.lowest_sequence} waits for its transaction's verification")
             current = pending.get(producer_id)
             if current is None and entry is not None:
                 current = (entry.epoch, entry.last_seq)
             if current is not None:
                 _check_sequence(producer_id, current[0], current[1], epoch, first_seq)
+            if (guard is not None and header.is_transactional
+                    and (entry is None or entry.txn_first_offset < 0)
+                    and self.guards.get(producer_id) is not guard):
+                raise InvalidTxnStateError(
+                    f"producer {producer_id}: the transaction coordinator has not verified "
+                    "that this partition is in the producer's transaction (or the "
+                    "transaction ended meanwhile)")
             pending[producer_id] = (epoch, last_seq)
         if unwritten is not None:
             unwritten.update(pending)
@@ -231,6 +305,7 @@ class ProducerStateManager:
             if header.is_transactional and entry.txn_first_offset < 0:
                 entry.txn_first_offset = base_offset
                 self.ongoing[base_offset] = header.producer_id
+                self.guards.pop(header.producer_id, None)
 
     def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
         """Check a leader's marker before it is written. Raises
@@ -259,6 +334,7 @@ class ProducerStateManager:
             entry.bump_epoch(producer_epoch)
         entry.coordinator_epoch = marker.coordinator_epoch
         entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        self.guards.pop(producer_id, None)
         first = entry.txn_first_offset if entry.txn_first_offset >= 0 else offset
         entry.txn_first_offset = -1
         self.ongoing.pop(first, None)
@@ -293,11 +369,15 @@ class ProducerStateManager:
 
     def expire(self, now_ms: int, expiration_ms: int) -> int:
         """Forget producers whose last batch is ``expiration_ms`` old and that have no
-        open transaction (as Kafka); returns how many."""
+        open transaction (as Kafka), and guards that old (a verification that failed, or
+        whose producer went away); returns how many producers."""
         expired = [pid for pid, entry in self.producers.items()
                    if entry.txn_first_offset < 0 and now_ms - entry.last_timestamp >= expiration_ms]
         for pid in expired:
             del self.producers[pid]
+        oldest = time.monotonic() - expiration_ms / 1000
+        for pid in [pid for pid, guard in self.guards.items() if guard.created <= oldest]:
+            del self.guards[pid]
         return len(expired)
 
 

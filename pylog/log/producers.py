@@ -25,7 +25,7 @@ from typing import Iterable, Sequence
 
 from pylog.log.loader import aborted_entry, load_producer_state, replay_marker
 from pylog.log.producer_snapshot import delete_snapshots, write_snapshot
-from pylog.log.producer_state import BatchMetadata, ProducerStateManager
+from pylog.log.producer_state import BatchMetadata, ProducerStateManager, VerificationGuard
 from pylog.log.segment import LogSegment
 from pylog.log.transaction_index import AbortedTxn, TransactionIndex, collect_aborted
 from pylog.records.control import TxnMarker
@@ -48,10 +48,16 @@ class LogProducers:
     # -- appends ------------------------------------------------------------------------
 
     def check(self, headers: list[BatchHeader],
-              unwritten: dict[int, tuple[int, int]] | None = None) -> BatchMetadata | None:
+              unwritten: dict[int, tuple[int, int]] | None = None,
+              guard: VerificationGuard | None = None) -> BatchMetadata | None:
         """Check a leader's batches with a producer id (see ``ProducerStateManager.check``);
         the kept batch they duplicate, if they do."""
-        return self.state.check(headers, unwritten)
+        return self.state.check(headers, unwritten, guard)
+
+    def start_verification(self, producer_id: int, epoch: int, sequence: int
+                           ) -> VerificationGuard | None:
+        """See ``ProducerStateManager.start_verification``."""
+        return self.state.start_verification(producer_id, epoch, sequence)
 
     def record(self, assigned: Sequence[AssignedBatch], txn_index: TransactionIndex,
                buf: bytes | bytearray | memoryview | None = None) -> None:

@@ -2,7 +2,8 @@
 
 * AddPartitionsToTxn -- TransactionalId Write, then Topic Write per topic: one refused
   topic fails the request (TOPIC_AUTHORIZATION_FAILED, the others
-  OPERATION_NOT_ATTEMPTED), as in Kafka.
+  OPERATION_NOT_ATTEMPTED), as in Kafka. Version 4 and later (brokers verifying
+  transactions, KIP-890): Cluster ClusterAction, else CLUSTER_AUTHORIZATION_FAILED.
 * AddOffsetsToTxn -- TransactionalId Write, then Group Read.
 * EndTxn -- TransactionalId Write.
 * TxnOffsetCommit -- TransactionalId Write, then Group Read (either refused fails every
@@ -18,7 +19,7 @@ InitProducerId's check (TransactionalId Write) is with the others in
 from __future__ import annotations
 
 from pylog.broker.authorization import (
-    TOPIC_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Access, Verdict, pruned)
+    CLUSTER_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Access, Verdict, pruned)
 from pylog.errors import GroupAuthorizationFailedError
 from pylog.protocol import ApiKey
 from pylog.security.acls import AclOperation as Op, ResourceType
@@ -33,6 +34,12 @@ def _may_write(access: Access, transactional_id: str) -> bool:
 
 
 def _add_partitions(body: dict, version: int, access: Access) -> Verdict:
+    if version >= 4:  # from brokers only (KIP-890): ClusterAction
+        if access.cluster(Op.CLUSTER_ACTION):
+            return Verdict(body)
+        return Verdict(response={"throttle_time_ms": 0,
+                                 "error_code": CLUSTER_AUTHORIZATION_FAILED,
+                                 "results_by_transaction": []})
     topics = body["v3_and_below_topics"]
     if not _may_write(access, body["v3_and_below_transactional_id"]):
         refused = {t["name"] for t in topics}

@@ -22,6 +22,7 @@ TRANSACTIONAL_ID_NOT_FOUND = errors.TransactionalIdNotFoundError.errno
 UNKNOWN_PRODUCER_ID = errors.UnknownProducerIdError.errno
 TRANSACTION_COORDINATOR_FENCED = errors.TransactionCoordinatorFencedError.errno
 UNSUPPORTED_FOR_MESSAGE_FORMAT = errors.UnsupportedForMessageFormatError.errno
+TRANSACTION_ABORTABLE = errors.TransactionAbortableError.errno
 
 
 def coordinator_error(error: KafkaError) -> int:

@@ -37,7 +37,8 @@ from pylog.errors import KafkaError
 from pylog.transactions.codes import (
     CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
     INVALID_PRODUCER_ID_MAPPING, INVALID_REQUEST, INVALID_TRANSACTION_TIMEOUT,
-    INVALID_TXN_STATE, NOT_COORDINATOR, PRODUCER_FENCED, TRANSACTIONAL_ID_NOT_FOUND,
+    INVALID_TXN_STATE, NOT_COORDINATOR, PRODUCER_FENCED, TRANSACTION_ABORTABLE,
+    TRANSACTIONAL_ID_NOT_FOUND,
     error_name)
 from pylog.transactions.markers import MarkerChannel, MarkerJob
 from pylog.transactions.metadata import NO_PRODUCER_EPOCH, TxnMetadata, epoch_exhausted
@@ -239,6 +240,28 @@ class TransactionCoordinator:
         self.state.persist(txn, txn.prepare_add_partitions(partitions, self.wall_ms()),
                            coordinator_epoch, lambda e: pending.complete({"error_code": e}))
         return pending
+
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions) -> dict[TopicPartition, int]:
+        """Whether ``partitions`` are in the producer's transaction (KIP-890 part 1, asked
+        by a partition leader before it appends the transaction's first batch there):
+        an error code per partition. TRANSACTION_ABORTABLE: not in it; the whole set
+        fails alike with INVALID_PRODUCER_ID_MAPPING (an id unknown here, or another
+        producer's), PRODUCER_FENCED, CONCURRENT_TRANSACTIONS (the transaction is ending)
+        or the coordinator's own NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS."""
+        if not transactional_id:
+            return dict.fromkeys(partitions, INVALID_REQUEST)
+        return self.state.appends.run_locked(lambda: self._verify_locked(
+            transactional_id, producer_id, producer_epoch, partitions))
+
+    def _verify_locked(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                       partitions) -> dict[TopicPartition, int]:
+        txn, _, error = self._lookup_producer(transactional_id, producer_id, producer_epoch)
+        if not error and txn.state in _PREPARED:
+            error = CONCURRENT_TRANSACTIONS
+        if error:
+            return dict.fromkeys(partitions, error)
+        return {tp: 0 if tp in txn.partitions else TRANSACTION_ABORTABLE for tp in partitions}
 
     def _lookup_producer(self, transactional_id: str, producer_id: int, producer_epoch: int
                          ) -> tuple[TxnMetadata | None, int, int]:

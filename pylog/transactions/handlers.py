@@ -1,8 +1,9 @@
 """Handlers of the transaction APIs: request bodies in, the coordinator's answers out.
 
-InitProducerId (v0-4, idempotent and transactional), AddPartitionsToTxn (v0-3),
-AddOffsetsToTxn (v0-4), EndTxn (v0-4), DescribeTransactions (v0) and ListTransactions
-(v0-1), registered with ``Dispatcher.serve``. An answer that waits for a write to
+InitProducerId (v0-4, idempotent and transactional), AddPartitionsToTxn (v0-3 from
+producers; v4-5, several transactions per request, from brokers verifying transactions:
+KIP-890 part 1), AddOffsetsToTxn (v0-4), EndTxn (v0-4), DescribeTransactions (v0) and
+ListTransactions (v0-1), registered with ``Dispatcher.serve``. An answer that waits for a write to
 ``__transaction_state`` comes back as a ``GroupWork`` parked on that partition.
 Clients before PRODUCER_FENCED (InitProducerId < v4, the others < v2) get
 INVALID_PRODUCER_EPOCH instead, as Kafka answers them.
@@ -17,15 +18,15 @@ from pylog.coordinator.group import Pending
 from pylog.coordinator.store import OFFSETS_TOPIC
 from pylog.protocol import ApiKey
 from pylog.transactions.codes import (
-    COORDINATOR_NOT_AVAILABLE, INVALID_REQUEST, OPERATION_NOT_ATTEMPTED,
-    UNKNOWN_TOPIC_OR_PARTITION, fenced_for)
+    COORDINATOR_NOT_AVAILABLE, INVALID_REQUEST, INVALID_TXN_STATE, OPERATION_NOT_ATTEMPTED,
+    TRANSACTION_ABORTABLE, UNKNOWN_TOPIC_OR_PARTITION, fenced_for)
 from pylog.transactions.coordinator import TransactionCoordinator
 from pylog.transactions.store import APPEND_TIMEOUT_S, txn_tp
 from pylog.types import TopicPartition
 
 SERVED = {
     ApiKey.INIT_PRODUCER_ID: (0, 4),
-    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
     ApiKey.END_TXN: (0, 4),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
@@ -91,6 +92,8 @@ class TransactionHandlers:
     # -- AddPartitionsToTxn / AddOffsetsToTxn -----------------------------------------------
 
     def add_partitions_to_txn(self, version: int, body: dict, session) -> dict | GroupWork:
+        if version >= 4:
+            return self._broker_add_partitions(version, body)
         topics = body["v3_and_below_topics"]
         wanted = [TopicPartition(t["name"], p) for t in topics for p in t["partitions"]]
         missing = {tp for tp in wanted if not self._exists(tp)}
@@ -110,6 +113,56 @@ class TransactionHandlers:
 
         return self._wait(body["v3_and_below_transactional_id"], answer, render,
                           {"error_code": COORDINATOR_NOT_AVAILABLE})
+
+    def _broker_add_partitions(self, version: int, body: dict) -> dict | GroupWork:
+        """AddPartitionsToTxn v4-5 from a broker: each transaction verified (``verify_only``,
+        what partition leaders ask) or its partitions added (answered once written).
+        Before v5 a partition not in its transaction is INVALID_TXN_STATE rather than
+        TRANSACTION_ABORTABLE, as Kafka answers."""
+        results, waits = [], []
+        for txn in body["transactions"]:
+            topics = txn["topics"]
+            wanted = {TopicPartition(t["name"], p) for t in topics for p in t["partitions"]}
+            if txn["verify_only"]:
+                errors = self.coordinator.verify_partitions(
+                    txn["transactional_id"], txn["producer_id"], txn["producer_epoch"], wanted)
+                if version < 5:
+                    errors = {tp: INVALID_TXN_STATE if code == TRANSACTION_ABORTABLE else code
+                              for tp, code in errors.items()}
+                answer = errors
+            else:
+                answer = self.coordinator.add_partitions(
+                    txn["transactional_id"], txn["producer_id"], txn["producer_epoch"], wanted)
+            result = {"transactional_id": txn["transactional_id"], "topic_results": topics}
+            results.append((result, answer))
+            if isinstance(answer, Pending):
+                waits.append(answer)
+
+        def render(bodies: list[dict]) -> dict:
+            written = iter(bodies)  # the Pending answers' bodies, in request order
+            out = []
+            for result, answer in results:
+                if isinstance(answer, Pending):
+                    answer = next(written)
+                if isinstance(answer, int) or "error_code" in answer:
+                    code = answer if isinstance(answer, int) else answer["error_code"]
+                    error_of = (lambda tp, code=code: code)
+                else:
+                    error_of = answer.get
+                out.append({"transactional_id": result["transactional_id"],
+                            "topic_results": add_partitions_answer(
+                                result["topic_results"], error_of)[
+                                    "results_by_topic_v3_and_below"]})
+            return {"throttle_time_ms": 0, "error_code": 0, "results_by_transaction": out}
+
+        if not waits:
+            return render([])
+        partitions = sorted({txn_tp(self.coordinator.state.partition_of(txn["transactional_id"]))
+                             for txn in body["transactions"]})
+        work = GroupWork(waits, render, {"error_code": COORDINATOR_NOT_AVAILABLE},
+                         self.clock() + APPEND_TIMEOUT_S + 1,
+                         self.coordinator.state.appends.poll, partitions)
+        return work.attempt(final=False) or work
 
     def _exists(self, tp: TopicPartition) -> bool:
         topic = self.coordinator.metadata.topic(tp.topic)

@@ -4,7 +4,12 @@ by confluent-kafka and kafka-python consumers with isolation read_committed and
 read_uncommitted, ListOffsets by isolation, and a restart (clean, then SIGKILL) keeping the
 last stable offset and the aborted transactions; in a two-broker cluster, markers wait for
 the follower, and after the leader's SIGKILL the new leader has the same LSO and aborted
-transactions."""
+transactions.
+
+These tests play the transaction coordinator themselves (no InitProducerId with a
+transactional id, no AddPartitionsToTxn), so their brokers do not verify transactional
+batches with one (``transaction.partition.verification.enable=false``; verification is
+tested in tests/transactions/test_verification.py)."""
 
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from tests.cluster.conftest import wait_until
 INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED = 47, 52
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED, INVALID_RECORD = 53, 87
 READ_COMMITTED = 1
+UNVERIFIED = {"transaction.partition.verification.enable": "false"}
 
 zookeeper = zookeeper_fixture()
 zk_connect = zk_chroot_fixture()
@@ -34,7 +40,8 @@ zk_connect = zk_chroot_fixture()
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    process = BrokerProcess(tmp_path_factory.mktemp("txn-data"), {"num.partitions": 1})
+    process = BrokerProcess(tmp_path_factory.mktemp("txn-data"),
+                            {"num.partitions": 1, **UNVERIFIED})
     process.start()
     try:
         yield process
@@ -276,7 +283,7 @@ def test_a_restart_keeps_the_last_stable_offset_and_the_aborted_transactions(bro
 
 def test_a_new_leader_has_the_same_last_stable_offset_and_aborted_transactions(tmp_path, zk_connect):
     cluster = LocalCluster(tmp_path, zk_connect, broker_ids=(1, 2),
-                           extra={"offsets.topic.replication.factor": 2}).start()
+                           extra={"offsets.topic.replication.factor": 2, **UNVERIFIED}).start()
     try:
         topic = f"txn-failover-{uuid.uuid4().hex[:6]}"
         with WireClient(cluster.bootstrap(1)) as wire:

@@ -13,9 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch
 
-from pylog.errors import InvalidProducerEpochError, TransactionCoordinatorFencedError
+from pylog.errors import (
+    InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceNumberError,
+    TransactionCoordinatorFencedError)
 from pylog.log import Log, LogConfig, layout
 from pylog.log.cleaner import Cleaner
+from pylog.log.producer_state import SENTINEL
 from pylog.log.transaction_index import ENTRY_SIZE, AbortedTxn, decode_entries
 from pylog.records.batch import build_batch, decode_batch
 from pylog.records.control import TxnMarker, build_marker_batch, read_marker
@@ -346,3 +349,41 @@ def test_entry_and_marker_bytes():
     assert record.key == b"\x00\x00\x00\x00"  # version 0, ABORT
     assert record.value == b"\x00\x00\x00\x00\x00\x05"  # version 0, coordinator epoch 5
     assert read_marker(batch, 0, read_batch_header(batch)) == TxnMarker(False, 5)
+
+
+# -- verification guards (KIP-890 part 1) ------------------------------------------------
+
+def txn_batch(clock: ManualClock, producer_id: int, epoch: int, sequence: int,
+              transactional: bool = True) -> bytes:
+    return build_batch([(None, b"v", (), clock.ms)], producer_id=producer_id,
+                       producer_epoch=epoch, base_sequence=sequence,
+                       is_transactional=transactional)
+
+
+def test_a_transaction_opens_only_with_its_producers_current_guard(tmp_path, clock):
+    log = Log.open(tmp_path / "t-0", LogConfig(), clock)
+    with pytest.raises(InvalidTxnStateError):  # nothing verified
+        log.append(txn_batch(clock, 7, 0, 0), allow_transactional=SENTINEL)
+    guard = log.start_verification(7, 0, 0)
+    assert log.start_verification(7, 0, 0) is guard  # a verification under way keeps it
+    # A marker meanwhile (the transaction ended while the batch was on its way) drops it.
+    log.append_marker(7, 0, commit=True, coordinator_epoch=0)
+    with pytest.raises(InvalidTxnStateError):
+        log.append(txn_batch(clock, 7, 0, 0), allow_transactional=guard)
+    assert log.open_transactions() == {}
+
+    guard = log.start_verification(7, 0, 0)
+    # Another batch of the producer past the sequence being verified waits for it.
+    with pytest.raises(OutOfOrderSequenceNumberError):
+        log.append(txn_batch(clock, 7, 0, 1, transactional=False))
+    first = log.append(txn_batch(clock, 7, 0, 0), allow_transactional=guard).first_offset
+    assert log.open_transactions() == {first: 7}
+    # With the transaction open nothing is left to verify; the next batches continue it.
+    assert log.start_verification(7, 0, 1) is None
+    log.append(txn_batch(clock, 7, 0, 1), allow_transactional=SENTINEL)
+    log.append_marker(7, 0, commit=False, coordinator_epoch=0)
+    # Transactional appends without verification (True: the coordinators' own batches)
+    # open transactions as before.
+    log.append(txn_batch(clock, 7, 0, 2), allow_transactional=True)
+    assert list(log.open_transactions().values()) == [7]
+    log.close()

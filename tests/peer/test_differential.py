@@ -342,17 +342,7 @@ CASES: dict[str, Case] = {
 # Cases whose responses list topics in no defined order (Kafka answers from a map).
 UNORDERED = {"add-partitions-unknown-topic"}
 # case -> (pylog's codes, Kafka's codes, why they differ).
-KNOWN_DIFFERENCES: dict[str, tuple[list[int], list[int], str]] = {
-    "produce-transactional-id-not-initialised": (
-        [0], [49], "Kafka's partition leader asks the transaction coordinator whether the "
-                   "batch's producer has a transaction with the partition in it (KIP-890 part "
-                   "1); pylog's leader takes a transactional batch it cannot match to a "
-                   "transaction"),
-    "txn-offset-commit-without-transaction": (
-        [0], [48], "Kafka's group coordinator asks the transaction coordinator whether the "
-                   "group is in the producer's transaction (KIP-890); pylog's takes offsets "
-                   "AddOffsetsToTxn never announced"),
-}
+KNOWN_DIFFERENCES: dict[str, tuple[list[int], list[int], str]] = {}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -110,6 +110,10 @@ def test_refused_ids_and_topics(secured):
             "refused": TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
         assert txn_offset_commit("app-tx", "not-my-group") == {
             "allowed": GROUP_AUTHORIZATION_FAILED, "refused": GROUP_AUTHORIZATION_FAILED}
+        assert connection.request(ApiKey.ADD_OFFSETS_TO_TXN, {
+            "transactional_id": "app-tx", "producer_id": init["producer_id"],
+            "producer_epoch": init["producer_epoch"], "group_id": "app-reader"},
+            3)["error_code"] == 0
         assert txn_offset_commit("app-tx", "app-reader") == {
             "allowed": 0, "refused": TOPIC_AUTHORIZATION_FAILED}
     finally:

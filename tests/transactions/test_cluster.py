@@ -1,5 +1,7 @@
 """Three brokers: the broker coordinating a transaction is SIGKILLed in the middle of it;
-the new leader of its ``__transaction_state`` partition loads it and commits it."""
+the new leader of its ``__transaction_state`` partition loads it and commits it. Then a
+partition leader verifies transactional batches with a coordinator on another broker
+(KIP-890): a late batch of a committed transaction is refused."""
 
 from __future__ import annotations
 
@@ -46,8 +48,41 @@ def test_the_next_coordinator_commits_a_transaction_whose_coordinator_was_killed
         assert (after["producer_id"], after["producer_epoch"]) == (
             before["producer_id"], before["producer_epoch"])
         assert _coordinator_id(cluster, "failover", survivors[0]) in survivors
+        _late_batch_refused_by_a_remote_coordinator(cluster, survivors)
     finally:
         cluster.close()
+
+
+def _late_batch_refused_by_a_remote_coordinator(cluster: LocalCluster, live: list[int]) -> None:
+    from pylog.client.connection import BrokerConnection
+    from pylog.protocol import ApiKey
+    from tests.transactions.conftest import init_producer, wait_until
+    from tests.transactions.test_coordinator_wire import add_partitions, end_txn
+    from tests.transactions.test_verification import produce
+
+    leader = cluster.leaders(live[0], "txn-failover")[0]
+    transactional_id = next(t for t in (f"remote-{i}" for i in range(100))
+                            if _coordinator_id(cluster, t, live[0]) != leader)
+    coordinator = _coordinator_id(cluster, transactional_id, live[0])
+    to_coordinator = BrokerConnection("127.0.0.1", cluster.ports[coordinator], timeout_s=30)
+    to_leader = BrokerConnection("127.0.0.1", cluster.ports[leader], timeout_s=30)
+    try:
+        producer = init_producer(to_coordinator, transactional_id)
+        producer_id, epoch = producer["producer_id"], producer["producer_epoch"]
+        assert add_partitions(to_coordinator, transactional_id, producer_id, epoch,
+                              {"txn-failover": [0]}) == {("txn-failover", 0): 0}
+        # The leader asks the other broker, which vouches for the partition.
+        assert produce(to_leader, "txn-failover", 0, transactional_id, producer_id, epoch,
+                       0)[0] == 0
+        assert end_txn(to_coordinator, transactional_id, producer_id, epoch, True) == 0
+        wait_until(lambda: to_coordinator.request(ApiKey.DESCRIBE_TRANSACTIONS, {
+            "transactional_ids": [transactional_id]}, 0)["transaction_states"][0][
+                "transaction_state"] == "CompleteCommit", message="the commit")
+        assert produce(to_leader, "txn-failover", 0, transactional_id, producer_id, epoch,
+                       1) == (48, -1)  # INVALID_TXN_STATE: not in any transaction now
+    finally:
+        to_coordinator.close()
+        to_leader.close()
 
 
 def _coordinator_id(cluster: LocalCluster, transactional_id: str, via: int | None = None) -> int:
