@@ -29,7 +29,8 @@ The checks (resource: operation), per API:
 * CreateTopics -- Cluster Create or Topic Create. DeleteTopics -- Topic Delete.
   CreatePartitions -- Topic Alter.
 * DescribeConfigs / AlterConfigs / IncrementalAlterConfigs -- DescribeConfigs /
-  AlterConfigs on the topic, or on the cluster for broker resources.
+  AlterConfigs on the topic, the group for group resources, or the cluster for broker
+  resources.
 * WriteTxnMarkers -- Cluster ClusterAction (brokers only).
 * InitProducerId -- TransactionalId Write; without one Cluster IdempotentWrite or Write
   on any topic (KIP-679).
@@ -48,8 +49,8 @@ from pylog.broker.admin import DESCRIBABLE
 from pylog.broker.config import BrokerConfig
 from pylog.cluster.metadata import ClusterMetadata, names_by_id
 from pylog.errors import (
-    ClusterAuthorizationFailedError, TopicAuthorizationFailedError,
-    TransactionalIdAuthorizationFailedError)
+    ClusterAuthorizationFailedError, GroupAuthorizationFailedError,
+    TopicAuthorizationFailedError, TransactionalIdAuthorizationFailedError)
 from pylog.protocol import ApiKey
 from pylog.protocol.configs import ConfigResourceType
 from pylog.security.acls import CLUSTER_NAME, AclOperation as Op, ResourceType
@@ -57,6 +58,7 @@ from pylog.security.authorizer import AclAuthorizer
 from pylog.security.operations import authorized_operations
 
 TOPIC_AUTHORIZATION_FAILED = TopicAuthorizationFailedError.errno
+GROUP_AUTHORIZATION_FAILED = GroupAuthorizationFailedError.errno
 CLUSTER_AUTHORIZATION_FAILED = ClusterAuthorizationFailedError.errno
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = TransactionalIdAuthorizationFailedError.errno
 DENIED = "Authorization failed."
@@ -450,6 +452,9 @@ class RequestAuthorization:
             if resource["resource_type"] == ConfigResourceType.TOPIC:
                 allowed = access.topic(operation, resource["resource_name"])
                 code = TOPIC_AUTHORIZATION_FAILED
+            elif resource["resource_type"] == ConfigResourceType.GROUP:
+                allowed = access.group(operation, resource["resource_name"])
+                code = GROUP_AUTHORIZATION_FAILED
             else:
                 allowed = access.cluster(operation)
                 code = CLUSTER_AUTHORIZATION_FAILED

@@ -17,6 +17,10 @@ threads. Another broker's id answers INVALID_REQUEST (the client sends it to tha
 as does a setting that needs a restart; an unknown setting or a bad value INVALID_CONFIG,
 naming the key.
 
+Groups (resource type 32): a group's overrides of Kafka's group configs
+(:mod:`pylog.broker.group_configs`), kept in ``/config/groups/<group>`` (standalone:
+``group-configs.json``); any group name but the empty one, existing or not.
+
 Each resource is answered on its own: one bad resource costs only itself.
 """
 
@@ -30,6 +34,7 @@ from pylog.broker.config_entries import (
     DynamicLayers, broker_entries, default_broker_entries, setting_text, topic_entries)
 from pylog.broker.dynamic_config import DynamicBrokerConfig
 from pylog.broker.dynamic_store import DEFAULT_ENTITY
+from pylog.broker.group_configs import GROUP_SETTINGS, check_group_configs, group_entries
 from pylog.cluster.metadata import ClusterMetadata
 from pylog.errors import (
     ConfigError, InvalidConfigError, InvalidRequestError, KafkaError,
@@ -56,6 +61,7 @@ class ConfigHandlers:
     def __init__(self, dynamic: DynamicBrokerConfig, metadata: ClusterMetadata) -> None:
         self.dynamic = dynamic
         self.metadata = metadata
+        self.group_store = dynamic.store.for_groups()
 
     @property
     def default_log_config(self) -> LogConfig:
@@ -88,6 +94,11 @@ class ConfigHandlers:
             return topic_entries(self._overrides(name), self.default_log_config,
                                  self.dynamic.static, keys, include_synonyms=synonyms,
                                  include_documentation=documentation, dynamic=self._layers())
+        if kind == ConfigResourceType.GROUP:
+            if not name:
+                raise InvalidRequestError("Group name must not be empty")
+            return group_entries(self.group_store.configs(name), keys,
+                                 include_synonyms=synonyms, include_documentation=documentation)
         if kind == ConfigResourceType.BROKER:
             if self._broker_resource(name) is None:
                 return default_broker_entries(self.dynamic.layers[DEFAULT_ENTITY], keys,
@@ -115,6 +126,8 @@ class ConfigHandlers:
             operations = resource["configs"]
             _check_unique(c["name"] for c in operations)
             broker = resource["resource_type"] == ConfigResourceType.BROKER
+            if resource["resource_type"] == ConfigResourceType.GROUP:
+                return lambda current: _apply_group_operations(current, operations)
             return lambda current: self._apply_operations(
                 current, operations, broker, resource["resource_name"])
         return self._alter(body, change)
@@ -141,6 +154,9 @@ class ConfigHandlers:
             self.dynamic.alter("" if broker_id is None else str(broker_id), change,
                                validate_only)
             return
+        if kind == ConfigResourceType.GROUP:
+            self._alter_group(_group_name(name), change, validate_only)
+            return
         if kind != ConfigResourceType.TOPIC:
             raise _unsupported_type(kind)
 
@@ -154,6 +170,19 @@ class ConfigHandlers:
             return
         configs = self.metadata.alter_topic_configs(name, checked)
         log.info("topic %s: config overrides are now %s", name, configs)
+
+    def _alter_group(self, group: str, change: Callable[[Overrides], Overrides],
+                     validate_only: bool) -> None:
+        def checked(current: Overrides) -> Overrides:
+            proposed = change(current)
+            check_group_configs(proposed)
+            return proposed
+
+        if validate_only:
+            checked(self.group_store.configs(group))
+            return
+        configs = self.group_store.alter(group, checked)
+        log.info("group %s: config overrides are now %s", group, configs)
 
     def _apply_operations(self, current: Overrides, operations: list[dict],
                           broker: bool = False, resource: str = "") -> Overrides:
@@ -239,6 +268,33 @@ class ConfigHandlers:
         return local
 
 
+def _group_name(name: str) -> str:
+    if not name:
+        raise InvalidRequestError("Default group resources are not allowed.")
+    return name
+
+
+def _apply_group_operations(current: Overrides, operations: list[dict]) -> Overrides:
+    """A group's configs after SET and DELETE operations (none of them is a list)."""
+    configs = dict(current)
+    for operation in operations:
+        name, value, kind = operation["name"], operation["value"], operation["config_operation"]
+        if kind == AlterConfigOp.SET:
+            if value is None:
+                raise InvalidRequestError(f"{name}: SET needs a value")
+            configs[name] = value
+        elif kind == AlterConfigOp.DELETE:
+            if name not in GROUP_SETTINGS and name not in configs:
+                raise InvalidConfigError(f"Unknown group config name: {name}")
+            configs.pop(name, None)
+        elif kind in (AlterConfigOp.APPEND, AlterConfigOp.SUBTRACT):
+            raise InvalidConfigError(f"Can't {AlterConfigOp(kind).name} to key {name} "
+                                     "because its type is not LIST.")
+        else:
+            raise InvalidRequestError(f"{name}: unknown config operation {kind}")
+    return configs
+
+
 def _check_unique(names: Iterable[str]) -> None:
     seen = set()
     for name in names:
@@ -258,4 +314,4 @@ def _unsupported_type(kind: int) -> InvalidRequestError:
     except ValueError:
         label = str(kind)
     return InvalidRequestError(f"resource type {label} is not supported; pylog serves "
-                               f"configs of topics (2) and brokers (4)")
+                               f"configs of topics (2), brokers (4) and groups (32)")

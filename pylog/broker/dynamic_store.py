@@ -10,6 +10,9 @@ Each broker watches its own node and the default's, so a change written by any b
 reaches all of them. A standalone broker keeps both in ``broker-configs.json`` in its first
 log dir. Either way a change is a read-modify-write that cannot lose a concurrent one
 (conditional on the node's version; under a lock for the file).
+
+Group configs (``/config/groups/<group>``; ``group-configs.json`` standalone) are kept the
+same way, by the store ``for_groups()`` gives, read afresh on every call.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ log = logging.getLogger(__name__)
 DEFAULT_ENTITY = "<default>"
 BROKERS_PATH = "/config/brokers"
 CONFIG_FILE = "broker-configs.json"
+GROUPS_PATH = "/config/groups"
+GROUP_CONFIG_FILE = "group-configs.json"
 
 Configs = dict[str, str]
 Alter = Callable[[Configs], Configs]
@@ -46,6 +51,9 @@ class BrokerConfigStore(Protocol):
     def watch(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` after the watched configs change (any thread)."""
 
+    def for_groups(self) -> "BrokerConfigStore":
+        """A store of the same kind for group configs (entities: group names)."""
+
     def close(self) -> None: ...
 
 
@@ -57,8 +65,9 @@ class FileBrokerConfigStore:
 
     keeps_secrets = True  # the file is the broker's own (mode 0600)
 
-    def __init__(self, log_dir: Path) -> None:
-        self.path = Path(log_dir) / CONFIG_FILE
+    def __init__(self, log_dir: Path, file: str = CONFIG_FILE, section: str = "brokers") -> None:
+        self.path = Path(log_dir) / file
+        self.section = section
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[], None]] = []
         self._entities = self._read()
@@ -70,9 +79,9 @@ class FileBrokerConfigStore:
             return {}
         except (OSError, ValueError) as exc:
             raise KafkaStorageError(f"cannot read {self.path}: {exc}") from None
-        brokers = document.get("brokers") if isinstance(document, dict) else None
+        brokers = document.get(self.section) if isinstance(document, dict) else None
         if not isinstance(brokers, dict):
-            raise KafkaStorageError(f"{self.path}: not a version 1 broker configs file")
+            raise KafkaStorageError(f"{self.path}: not a version 1 {self.section} configs file")
         return {entity: {str(k): str(v) for k, v in configs.items()}
                 for entity, configs in brokers.items() if isinstance(configs, dict)}
 
@@ -88,7 +97,7 @@ class FileBrokerConfigStore:
                 entities[entity] = configs
             else:
                 entities.pop(entity, None)
-            text = json.dumps({"version": 1, "brokers": entities}, indent=1, sort_keys=True)
+            text = json.dumps({"version": 1, self.section: entities}, indent=1, sort_keys=True)
             try:
                 # 0600: a listener's ssl.key.password may be among them.
                 write_text_atomically(self.path, text + "\n", mode=0o600)
@@ -102,6 +111,10 @@ class FileBrokerConfigStore:
 
     def watch(self, callback: Callable[[], None]) -> None:
         self._callbacks.append(callback)
+
+    def for_groups(self) -> "FileBrokerConfigStore":
+        """The store of group configs, next to this one."""
+        return FileBrokerConfigStore(self.path.parent, GROUP_CONFIG_FILE, "groups")
 
     def close(self) -> None:
         self._callbacks.clear()
@@ -120,9 +133,10 @@ class ZkBrokerConfigStore:
     keeps_secrets = False
 
     def __init__(self, client, watched: tuple[str, ...] = (), *,
-                 owns_client: bool = False) -> None:
+                 owns_client: bool = False, root: str = BROKERS_PATH) -> None:
         from kazoo.recipe.watchers import DataWatch
 
+        self.root = root
         self._client = client
         self._owns_client = owns_client
         self._lock = threading.Lock()
@@ -134,14 +148,14 @@ class ZkBrokerConfigStore:
             configs, stat = self._get(entity)
             self._cache[entity] = configs
             self._order[entity] = (stat.czxid, stat.version) if stat is not None else (0, -1)
-            DataWatch(client, _path(entity), self._on_data(entity))
+            DataWatch(client, self._path(entity), self._on_data(entity))
 
     def _on_data(self, entity: str):
         # Two parameters exactly: kazoo passes the event too to a callback that takes three.
         def on_data(data, stat):
             if self._closed:
                 return False
-            configs = _decode(data, entity) if data else {}
+            configs = self._decode(data, entity) if data else {}
             # The node's creation and version order what the watch and alter() cache: a
             # watch delivering an older version than alter() wrote must not undo it.
             order = (stat.czxid, stat.version) if stat is not None else (0, -1)
@@ -165,10 +179,10 @@ class ZkBrokerConfigStore:
 
         try:
             with _zookeeper_errors(self._client):
-                data, stat = self._client.get(_path(entity))
+                data, stat = self._client.get(self._path(entity))
         except NoNodeError:
             return {}, None
-        return (_decode(data, entity) if data else {}), stat
+        return (self._decode(data, entity) if data else {}), stat
 
     def configs(self, entity: str) -> Configs:
         with self._lock:
@@ -185,21 +199,40 @@ class ZkBrokerConfigStore:
             try:
                 with _zookeeper_errors(self._client):
                     if stat is None:
-                        _, written = self._client.create(_path(entity), encoded, makepath=True,
-                                                         include_data=True)
+                        _, written = self._client.create(self._path(entity), encoded,
+                                                         makepath=True, include_data=True)
                     else:
-                        written = self._client.set(_path(entity), encoded, version=stat.version)
+                        written = self._client.set(self._path(entity), encoded,
+                                                   version=stat.version)
             except (BadVersionError, NodeExistsError, NoNodeError):
                 continue  # written meanwhile: read again
             if entity in self._cache:
                 # Applied at once here; the watch confirms it and tells the others.
                 self._cached(entity, configs, (written.czxid, written.version))
             return configs
-        raise RequestTimedOutError(f"the configs of broker {entity} kept changing meanwhile; "
-                                   "try again")
+        raise RequestTimedOutError(f"the configs of {self._path(entity)} kept changing "
+                                   "meanwhile; try again")
 
     def watch(self, callback: Callable[[], None]) -> None:
         self._callbacks.append(callback)
+
+    def for_groups(self) -> "ZkBrokerConfigStore":
+        """The store of group configs, over this one's ZooKeeper session."""
+        return ZkBrokerConfigStore(self._client, root=GROUPS_PATH)
+
+    def _path(self, entity: str) -> str:
+        return f"{self.root}/{entity}"
+
+    def _decode(self, data: bytes, entity: str) -> Configs:
+        try:
+            document = json.loads(data.decode("utf-8"))
+            config = document.get("config") if isinstance(document, dict) else None
+            if not isinstance(config, dict):
+                raise ValueError("no config object")
+        except (ValueError, UnicodeDecodeError) as exc:
+            log.warning("%s does not hold configs (%s); taken as none", self._path(entity), exc)
+            return {}
+        return {str(k): str(v) for k, v in config.items()}
 
     def close(self) -> None:
         self._closed = True
@@ -228,22 +261,6 @@ def open_broker_config_store(log_dirs: list[Path], broker_id: int,
             close_client(client)
             raise
     return FileBrokerConfigStore(log_dirs[0])
-
-
-def _path(entity: str) -> str:
-    return f"{BROKERS_PATH}/{entity}"
-
-
-def _decode(data: bytes, entity: str) -> Configs:
-    try:
-        document = json.loads(data.decode("utf-8"))
-        config = document.get("config") if isinstance(document, dict) else None
-        if not isinstance(config, dict):
-            raise ValueError("no config object")
-    except (ValueError, UnicodeDecodeError) as exc:
-        log.warning("%s does not hold broker configs (%s); taken as none", _path(entity), exc)
-        return {}
-    return {str(k): str(v) for k, v in config.items()}
 
 
 class _zookeeper_errors:

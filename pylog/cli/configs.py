@@ -1,4 +1,5 @@
-"""``pylog configs``: describe and change topic configs at run time (like kafka-configs.sh).
+"""``pylog configs``: describe and change topic, broker and group configs at run time (like
+kafka-configs.sh).
 
     pylog configs --describe --entity-type topics --entity-name events
     pylog configs --describe --all --entity-type brokers --entity-name 0
@@ -7,6 +8,7 @@
     pylog configs --alter --entity-type topics --entity-name events --delete-config retention.ms
     pylog configs --alter --entity-type brokers --entity-default --add-config log.retention.ms=3600000
     pylog configs --alter --entity-type brokers --entity-name 0 --add-config max.connections.per.ip=100
+    pylog configs --alter --entity-type groups --entity-name app --add-config consumer.session.timeout.ms=50000
 
 ``--describe`` prints the configs set on the entity itself (with ``--all``: every config),
 as kafka-configs.sh does::
@@ -22,7 +24,8 @@ A broker's settings that may change while it runs (the topics' defaults such as
 ``log.retention.ms``, the connection limits, the cleaner's threads) are altered for one
 broker (``--entity-name ID``) or for every broker at once (``--entity-default``); they take
 effect at once and survive restarts. The others are changed in ``server.properties``, with
-a restart.
+a restart. A group's configs are Kafka's group configs (KIP-848; kept and described, see
+:mod:`pylog.broker.group_configs`).
 """
 
 from __future__ import annotations
@@ -34,18 +37,20 @@ from pylog.cli.topics import add_bootstrap_argument, check_request_timeout
 from pylog.errors import ConfigError
 from pylog.protocol.configs import ConfigSource
 
-ENTITY_TYPES = ("topics", "brokers")
+ENTITY_TYPES = ("topics", "brokers", "groups")
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("configs", help="describe or alter topic and broker configs",
+    parser = subparsers.add_parser("configs", help="describe or alter topic, broker and group "
+                                                   "configs",
                                    description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--describe", action="store_true", help="list the entity's configs")
     parser.add_argument("--alter", action="store_true",
                         help="change configs (with --add-config and/or --delete-config)")
-    parser.add_argument("--entity-type", metavar="topics|brokers", help="what to configure")
-    parser.add_argument("--entity-name", metavar="NAME", help="topic name or broker id")
+    parser.add_argument("--entity-type", metavar="topics|brokers|groups",
+                        help="what to configure")
+    parser.add_argument("--entity-name", metavar="NAME", help="topic name, broker id or group id")
     parser.add_argument("--entity-default", action="store_true",
                         help="brokers: the cluster-wide default of every broker")
     parser.add_argument("--all", action="store_true",
@@ -66,7 +71,7 @@ def run(args) -> int:
     check_request_timeout(args)
     add = parse_add_config(args.add_config) if args.add_config else {}
     delete = parse_delete_config(args.delete_config) if args.delete_config else []
-    kind = args.entity_type[:-1]  # "topic" or "broker"
+    kind = args.entity_type[:-1]  # "topic", "broker" or "group"
     name = "" if args.entity_default else args.entity_name  # "": the cluster default
     with Admin(args.bootstrap_server, request_timeout_ms=args.request_timeout_ms,
                security=security_from_args(args)) as admin:
@@ -86,7 +91,7 @@ def check_arguments(args) -> None:
     if args.describe == args.alter:
         raise ConfigError("--describe/--alter", "give exactly one of them")
     if args.entity_type not in ENTITY_TYPES:
-        raise ConfigError("--entity-type", f"expected topics or brokers, got "
+        raise ConfigError("--entity-type", f"expected topics, brokers or groups, got "
                                            f"{args.entity_type!r}")
     if args.entity_default:
         if args.entity_type != "brokers":
@@ -150,7 +155,7 @@ def describe_lines(kind: str, name: str, entries, *, show_all: bool = False) -> 
     """kafka-configs.sh's ``--describe`` output: a heading, then one line per config set on
     the entity itself (with ``show_all``, every config). A broker ``name`` of ``""`` is the
     cluster-wide default."""
-    own = {"topic": ConfigSource.DYNAMIC_TOPIC_CONFIG,
+    own = {"topic": ConfigSource.DYNAMIC_TOPIC_CONFIG, "group": ConfigSource.GROUP_CONFIG,
            "broker": ConfigSource.DYNAMIC_BROKER_CONFIG if name
            else ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG}[kind]
     shown = [entry for entry in entries if show_all or entry.source == own]

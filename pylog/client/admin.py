@@ -20,7 +20,8 @@ from pylog.types import TopicPartition
 
 # Resource types by the names kafka-configs.sh uses (--entity-type), singular or plural.
 RESOURCE_TYPES = {"topic": ConfigResourceType.TOPIC, "topics": ConfigResourceType.TOPIC,
-                  "broker": ConfigResourceType.BROKER, "brokers": ConfigResourceType.BROKER}
+                  "broker": ConfigResourceType.BROKER, "brokers": ConfigResourceType.BROKER,
+                  "group": ConfigResourceType.GROUP, "groups": ConfigResourceType.GROUP}
 
 
 class Admin(AclAdmin):
@@ -423,7 +424,8 @@ def _resource_type(value: str | ConfigResourceType) -> ConfigResourceType:
     try:
         return RESOURCE_TYPES[value]
     except KeyError:
-        raise ConfigError("resource_type", f"expected topic or broker, got {value!r}") from None
+        raise ConfigError("resource_type", f"expected topic, broker or group, got {value!r}") \
+            from None
 
 
 def _config_entry(config: dict) -> ConfigEntry:

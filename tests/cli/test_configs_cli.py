@@ -1,5 +1,5 @@
-"""``pylog configs``: describe, alter and delete topic configs on a real standalone broker,
-with kafka-configs.sh's output, and mistakes as one line."""
+"""``pylog configs``: describe, alter and delete topic, broker and group configs on a real
+standalone broker, with kafka-configs.sh's output, and mistakes as one line."""
 
 import pytest
 
@@ -55,7 +55,27 @@ def test_describe_all_of_a_broker(broker):
             "log.retention.hours=168}") in lines
 
 
+def test_group_configs_survive_a_restart(broker):
+    group = ("--entity-type", "groups", "--entity-name", "cli-group")
+    assert configs(broker, "--alter", *group, "--add-config",
+                   "consumer.session.timeout.ms=50000") == (
+        "Completed updating config for group cli-group.\n")
+    expected = [
+        "Dynamic configs for group cli-group are:",
+        "  consumer.session.timeout.ms=50000 sensitive=false synonyms={GROUP_CONFIG:"
+        "consumer.session.timeout.ms=50000, DEFAULT_CONFIG:group.consumer.session.timeout.ms=45000}"]
+    assert configs(broker, "--describe", *group).splitlines() == expected
+    broker.stop()
+    broker.start()
+    assert configs(broker, "--describe", *group).splitlines() == expected
+    configs(broker, "--alter", *group, "--delete-config", "consumer.session.timeout.ms")
+    assert configs(broker, "--describe", *group).splitlines() == expected[:1]
+
+
 @pytest.mark.parametrize("args, needles", [
+    (("--alter", "--entity-type", "groups", "--entity-name", "cli-mistakes",
+      "--add-config", "consumer.session.timeout.ms=5"),
+     ("INVALID_CONFIG", "consumer.session.timeout.ms", "45000 to 60000")),
     (("--alter", "--entity-type", "topics", "--entity-name", "cli-mistakes",
       "--add-config", "retention.ms=soon"), ("INVALID_CONFIG", "retention.ms", "soon")),
     (("--alter", "--entity-type", "topics", "--entity-name", "cli-mistakes",

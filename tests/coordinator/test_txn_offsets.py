@@ -6,6 +6,11 @@ subprocess: TxnOffsetCommit on the wire, then WriteTxnMarkers COMMIT or ABORT to
 group's ``__consumer_offsets`` partition; confluent-kafka's and kafka-python's
 ``committed()`` see the offsets only after COMMIT, never after ABORT; the same holds after
 a SIGKILL and a restart, for committed, aborted and still-open transactions.
+
+The tests play the transaction coordinator themselves (no AddOffsetsToTxn), so their
+brokers do not verify TxnOffsetCommit with one
+(``transaction.partition.verification.enable=false``; see
+tests/transactions/test_verification.py).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from tests.coordinator.members import (
     Member, commit, form_group, list_groups, wait_for_coordinator, wait_until)
 
 GROUP = "g"
+UNVERIFIED = {"transaction.partition.verification.enable": "false"}
 
 
 # -- replay against the live rules ------------------------------------------------------------
@@ -144,7 +150,8 @@ def broker(tmp_path_factory):
         "offsets.topic.num.partitions": 1, "offsets.topic.replication.factor": 1,
         "group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 1000,
         "transaction.state.log.num.partitions": 1,
-        "transaction.state.log.replication.factor": 1, "transaction.state.log.min.isr": 1})
+        "transaction.state.log.replication.factor": 1, "transaction.state.log.min.isr": 1,
+        **UNVERIFIED})
     process.start()
     try:
         with WireClient(process.bootstrap) as wire:
@@ -386,7 +393,7 @@ def test_pending_offsets_outlive_retention_and_go_with_their_group(tmp_path):
         config = BrokerConfig.from_mapping({
             "listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path / "logs"),
             "offsets.topic.num.partitions": "1", "offsets.retention.minutes": "1",
-            "offsets.retention.check.interval.ms": "20"})
+            "offsets.retention.check.interval.ms": "20", **UNVERIFIED})
         return Broker(config, wall_ms=wall).start()
 
     in_process = start()
@@ -495,7 +502,7 @@ def test_a_new_coordinator_loads_pending_offsets_and_settles_them(tmp_path, zk_c
     cluster = LocalCluster(tmp_path, zk_connect, extra={
         "offsets.topic.num.partitions": 1, "offsets.topic.replication.factor": 3,
         "default.replication.factor": 3, "min.insync.replicas": 2,
-        "transaction.state.log.num.partitions": 1}).start()
+        "transaction.state.log.num.partitions": 1, **UNVERIFIED}).start()
     try:
         with WireClient(cluster.bootstrap(1)) as wire:
             created = wire.call(ApiKey.CREATE_TOPICS, 4, create_body(TOPIC, 3))

@@ -262,6 +262,23 @@ def test_config_command_topic_configs(tools):
     assert error_message(pylog) == error_message(kafka) == "Unknown topic config name: no.such.config"
 
 
+def test_config_command_group_configs(tools):
+    """KIP-848 group configs (``--entity-type groups``), including their synonyms."""
+    entity = ["--bootstrap-server", "{bootstrap}", "--entity-type", "groups",
+              "--entity-name", "tool-group"]
+    pylog, kafka = tools.both(CONFIGS, *entity, "--alter", "--add-config",
+                              "consumer.session.timeout.ms=50000,share.isolation.level=read_committed")
+    assert pylog.stdout == kafka.stdout == "Completed updating config for group tool-group.\n"
+    pylog, kafka = tools.both(CONFIGS, *entity, "--describe")
+    assert pylog.stdout == kafka.stdout
+    assert "consumer.session.timeout.ms=50000" in pylog.stdout
+    pylog, kafka = tools.both(CONFIGS, *entity, "--alter", "--add-config",
+                              "consumer.heartbeat.interval.ms=1", ok=False)
+    assert pylog.returncode == kafka.returncode == 1
+    assert error_message(pylog) == error_message(kafka) == (
+        "consumer.heartbeat.interval.ms must be in the range 5000 to 15000 inclusive.")
+
+
 BASE_TS = 1_700_000_000_000
 
 
