@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from pylog.client.connection import BrokerConnection
+from pylog.cluster.broker_link import BrokerLink, broker_address
 from pylog.cluster.metadata import NO_LEADER, ClusterMetadata
 from pylog.errors import (
     ClusterAuthorizationFailedError, KafkaError, NetworkExceptionError, PylogError,
@@ -139,10 +139,7 @@ class TxnVerifier:
         return None
 
     def address_of(self, broker_id: int):
-        for broker in self.metadata.brokers():
-            if broker.broker_id == broker_id:
-                return broker.on_listener(self.listener) if self.listener else broker
-        return None
+        return broker_address(self.metadata, self.listener, broker_id)
 
     def stop(self) -> None:
         with self._lock:
@@ -164,7 +161,8 @@ class _VerifySender(threading.Thread):
         self._cond = threading.Condition()
         self._queue: dict[str, _Question] = {}  # transactional id -> its merged question
         self._stopping = False
-        self._connection: BrokerConnection | None = None
+        self._link = BrokerLink(broker_id, verifier.address_of, lambda: verifier.security,
+                                f"pylog-txn-verify-{verifier.local_id}", VERIFY_TIMEOUT_S)
         self._unsupported = False  # the broker cannot verify: answer "verified"
 
     def enqueue(self, question: _Question) -> None:
@@ -191,9 +189,7 @@ class _VerifySender(threading.Thread):
         with self._cond:
             self._stopping = True
             self._cond.notify()
-        connection = self._connection
-        if connection is not None:
-            connection.close()
+        self._link.close()
 
     def run(self) -> None:
         while True:
@@ -207,7 +203,7 @@ class _VerifySender(threading.Thread):
             self._ask(batch)
         for question in pending:
             _answer(question, dict.fromkeys(question.partitions, COORDINATOR_NOT_AVAILABLE))
-        self._disconnect()
+        self._link.close()
 
     def _ask(self, batch: list[_Question]) -> None:
         if self._unsupported:
@@ -215,7 +211,7 @@ class _VerifySender(threading.Thread):
                 _answer(question, {})
             return
         try:
-            connection = self._connect()
+            connection = self._link.connect()
             theirs = connection.versions.get(ApiKey.ADD_PARTITIONS_TO_TXN)
             if theirs is None or theirs[1] < VERIFY_VERSIONS[0]:
                 raise UnsupportedVersionError(f"broker {self.broker_id} cannot verify "
@@ -230,7 +226,7 @@ class _VerifySender(threading.Thread):
             return
         except (KafkaError, PylogError, OSError) as error:
             log.info("verifying transactions with broker %d: %s", self.broker_id, error)
-            self._disconnect()
+            self._link.close()
             for question in batch:
                 _answer(question, dict.fromkeys(question.partitions, NETWORK_EXCEPTION))
             return
@@ -247,24 +243,6 @@ class _VerifySender(threading.Thread):
                     errors[TopicPartition(topic["name"], partition["partition_index"])] = \
                         partition["partition_error_code"]
             _answer(question, errors)
-
-    def _connect(self) -> BrokerConnection:
-        if self._connection is not None and self._connection.connected:
-            return self._connection
-        endpoint = self.verifier.address_of(self.broker_id)
-        if endpoint is None:
-            raise PylogError(f"broker {self.broker_id} is not registered")
-        self._connection = BrokerConnection(
-            endpoint.host, endpoint.port,
-            client_id=f"pylog-txn-verify-{self.verifier.local_id}", timeout_s=VERIFY_TIMEOUT_S,
-            security=self.verifier.security)
-        self._connection.connect()
-        return self._connection
-
-    def _disconnect(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
 
 
 def _request(batch: list[_Question]) -> dict:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from pylog.client.connection import BrokerConnection
+from pylog.cluster.broker_link import BrokerLink, broker_address
 from pylog.cluster.metadata import NO_LEADER, ClusterMetadata
 from pylog.errors import KafkaError, PylogError, UnsupportedVersionError
 from pylog.protocol import ApiKey
@@ -157,10 +158,7 @@ class MarkerChannel:
         self.on_written(job)
 
     def address_of(self, broker_id: int):
-        for broker in self.metadata.brokers():
-            if broker.broker_id == broker_id:
-                return broker.on_listener(self.listener) if self.listener else broker
-        return None
+        return broker_address(self.metadata, self.listener, broker_id)
 
     def stop(self) -> None:
         with self._lock:
@@ -183,7 +181,8 @@ class _BrokerSender(threading.Thread):
         self._cond = threading.Condition()
         self._queue: list[tuple[float, MarkerJob, TopicPartition]] = []
         self._stopping = False
-        self._connection: BrokerConnection | None = None
+        self._link = BrokerLink(broker_id, channel.address_of, lambda: channel.security,
+                                f"pylog-txn-markers-{channel.local_id}", 60.0)
         self._failing = False
 
     def enqueue(self, job: MarkerJob, tp: TopicPartition, due: float) -> None:
@@ -195,9 +194,7 @@ class _BrokerSender(threading.Thread):
         with self._cond:
             self._stopping = True
             self._cond.notify()
-        connection = self._connection
-        if connection is not None:
-            connection.close()
+        self._link.close()
 
     def run(self) -> None:
         while True:
@@ -217,10 +214,10 @@ class _BrokerSender(threading.Thread):
                         "markers to broker %d: %s; retrying every %.1f s", self.broker_id,
                         error, backoff)
                 self._failing = True
-                self._disconnect()
+                self._link.close()
                 for job, tp in batch:
                     self.channel.route(job, tp, backoff)
-        self._disconnect()
+        self._link.close()
 
     def _take_due(self) -> list[tuple[MarkerJob, TopicPartition]] | None:
         with self._cond:
@@ -252,7 +249,7 @@ class _BrokerSender(threading.Thread):
                 and self.channel.address_of(self.broker_id) is None):
             response = local(body)
         else:
-            connection = self._connect()
+            connection = self._link.connect()
             response = connection.request(ApiKey.WRITE_TXN_MARKERS, body,
                                           self._version(connection))
         answered: set[tuple[int, TopicPartition]] = set()
@@ -288,20 +285,3 @@ class _BrokerSender(threading.Thread):
             raise UnsupportedVersionError(f"broker {self.broker_id} does not serve "
                                           "WriteTxnMarkers")
         return min(WRITE_TXN_MARKERS_VERSIONS[1], theirs[1])
-
-    def _connect(self) -> BrokerConnection:
-        if self._connection is not None and self._connection.connected:
-            return self._connection
-        endpoint = self.channel.address_of(self.broker_id)
-        if endpoint is None:
-            raise PylogError(f"broker {self.broker_id} is not registered")
-        self._connection = BrokerConnection(
-            endpoint.host, endpoint.port, client_id=f"pylog-txn-markers-{self.channel.local_id}",
-            timeout_s=60.0, security=self.channel.security)
-        self._connection.connect()
-        return self._connection
-
-    def _disconnect(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
