@@ -126,10 +126,9 @@ class ConfigHandlers:
             operations = resource["configs"]
             _check_unique(c["name"] for c in operations)
             broker = resource["resource_type"] == ConfigResourceType.BROKER
-            if resource["resource_type"] == ConfigResourceType.GROUP:
-                return lambda current: _apply_group_operations(current, operations)
+            group = resource["resource_type"] == ConfigResourceType.GROUP
             return lambda current: self._apply_operations(
-                current, operations, broker, resource["resource_name"])
+                current, operations, broker, resource["resource_name"], group)
         return self._alter(body, change)
 
     def _alter(self, body: dict, change: Callable[[dict], Callable[[Overrides], Overrides]]
@@ -185,9 +184,10 @@ class ConfigHandlers:
         log.info("group %s: config overrides are now %s", group, configs)
 
     def _apply_operations(self, current: Overrides, operations: list[dict],
-                          broker: bool = False, resource: str = "") -> Overrides:
-        """The configs of a topic (``broker``: of broker resource ``resource``) after the
-        operations."""
+                          broker: bool = False, resource: str = "", group: bool = False
+                          ) -> Overrides:
+        """The configs of a topic (``broker``: of broker resource ``resource``; ``group``:
+        of a group, whose configs are no lists) after the operations."""
         configs = dict(current)
         for operation in operations:
             name, value, kind = operation["name"], operation["value"], operation["config_operation"]
@@ -196,12 +196,18 @@ class ConfigHandlers:
                     raise InvalidRequestError(f"{name}: SET needs a value")
                 configs[name] = value
             elif kind == AlterConfigOp.DELETE:
-                known = dynamic_kind(name) != "unknown" if broker else name in TOPIC_CONFIGS
-                if not known and name not in configs:
+                if group:
+                    if name not in GROUP_SETTINGS and name not in configs:
+                        raise InvalidConfigError(f"Unknown group config name: {name}")
+                elif (dynamic_kind(name) == "unknown" if broker else name not in TOPIC_CONFIGS) \
+                        and name not in configs:
                     raise InvalidConfigError(f"{name}: not a {'broker' if broker else 'topic'}"
                                              f" config")
                 configs.pop(name, None)
             elif kind in (AlterConfigOp.APPEND, AlterConfigOp.SUBTRACT):
+                if group:
+                    raise InvalidConfigError(f"Can't {AlterConfigOp(kind).name} to key {name} "
+                                             "because its type is not LIST.")
                 if not self._is_list(name, broker):
                     raise InvalidConfigError(f"{name}: APPEND and SUBTRACT only apply to "
                                              f"list configs ({_LIST_EXAMPLE[broker]})")
@@ -272,27 +278,6 @@ def _group_name(name: str) -> str:
     if not name:
         raise InvalidRequestError("Default group resources are not allowed.")
     return name
-
-
-def _apply_group_operations(current: Overrides, operations: list[dict]) -> Overrides:
-    """A group's configs after SET and DELETE operations (none of them is a list)."""
-    configs = dict(current)
-    for operation in operations:
-        name, value, kind = operation["name"], operation["value"], operation["config_operation"]
-        if kind == AlterConfigOp.SET:
-            if value is None:
-                raise InvalidRequestError(f"{name}: SET needs a value")
-            configs[name] = value
-        elif kind == AlterConfigOp.DELETE:
-            if name not in GROUP_SETTINGS and name not in configs:
-                raise InvalidConfigError(f"Unknown group config name: {name}")
-            configs.pop(name, None)
-        elif kind in (AlterConfigOp.APPEND, AlterConfigOp.SUBTRACT):
-            raise InvalidConfigError(f"Can't {AlterConfigOp(kind).name} to key {name} "
-                                     "because its type is not LIST.")
-        else:
-            raise InvalidRequestError(f"{name}: unknown config operation {kind}")
-    return configs
 
 
 def _check_unique(names: Iterable[str]) -> None:
