@@ -7,7 +7,10 @@ by this script, all in the same run:
 2. idempotent produce (``enable.idempotence=true``): the ratio to plain;
 3. transactional produce, a transaction committed every 100 ms while producing as fast as
    the client goes: records/s and the ratio to plain; the same against librdkafka's mock
-   cluster, for reference.
+   cluster, for reference;
+4. the same transactional produce on a second broker started with
+   ``transaction.partition.verification.enable=false``: what verifying each transaction's
+   partitions with the coordinator (KIP-890) costs, as the ratio verified/unverified.
 
     python benchmarks/txn_bench.py [--messages 200000] [--txn-ms 100]
 """
@@ -117,6 +120,14 @@ def main() -> int:
                                               args.txn_ms, "txn-bench")
         finally:
             broker.stop()
+        unverifying = BrokerProcess(Path(tmp) / "unverified", {
+            "num.partitions": 2, "transaction.partition.verification.enable": "false"}).start()
+        try:
+            create_topic(unverifying.bootstrap, "transactional")
+            unverified, _ = transactional_rate(unverifying.bootstrap, "transactional",
+                                               args.messages, args.txn_ms, "txn-bench")
+        finally:
+            unverifying.stop()
     handle, mock = mock_bootstrap()
     mock_plain = plain_rate(mock, "plain", args.messages, idempotent=False)
     mock_txn, mock_commits = transactional_rate(mock, "transactional", args.messages,
@@ -128,6 +139,8 @@ def main() -> int:
           f"{idempotent / plain:.2f}")
     print(f"transactional produce  {txn:>10,.0f} msgs/s | transactional/plain {txn / plain:.2f}"
           f" | {commits} transactions of ~{args.txn_ms} ms")
+    print(f"transactional, no verification {unverified:>10,.0f} msgs/s | verified/unverified "
+          f"{txn / unverified:.2f}")
     print(f"mock cluster: plain {mock_plain:>10,.0f} msgs/s, transactional {mock_txn:>10,.0f}"
           f" msgs/s ({mock_commits} transactions) | pylog/mock transactional "
           f"{txn / mock_txn:.2f}")
