@@ -47,6 +47,9 @@ KAFKA_SETTINGS = {
     "num.partitions": 4, "group.initial.rebalance.delay.ms": 0,
     "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
     "allow.everyone.if.no.acl.found": "true",
+    # The controllers of a quorum fetch from each other as ANONYMOUS (PLAINTEXT) before the
+    # ACLs are loaded: KRaft's authorizer lets only super users through until then.
+    "super.users": "User:ANONYMOUS",
 }
 
 
