@@ -15,6 +15,11 @@ work against each, pylog and Kafka taking turns:
 3. End-to-end latency, average, p50 and p99, with ``org.apache.kafka.tools.EndToEndLatency``
    (``--latency-records`` round trips, one at a time; it prints percentiles in whole ms).
 
+Then many connections: ``--connections`` clients (default 500) connected at once, each
+sending ``--requests`` Produce requests of one 10-record batch (acks=1; acks=all with
+``--three``) to a 10-partition topic, four in flight per connection, from one selector
+loop in this process; records/s, the requests' p50 and p99 latency, and the brokers' CPU.
+
 Each figure is printed with pylog/Kafka, the CPU seconds the broker processes used during
 it (``/proc/<pid>/stat`` utime+stime of each broker and its descendants, plus the children
 it reaped) and records per broker-CPU-second, whose ratio is the goal (pylog at least 1.0
@@ -26,7 +31,7 @@ vary by tens of percent; ``--rounds N`` prints the median of N alternating runs.
 counted in clock ticks (10 ms): pylog's 0.1 s figures are good to about 10%.
 
     python benchmarks/kafka_peer_bench.py [--records 1000000] [--partitions 1,100]
-        [--latency-records 2000] [--rounds 1] [--three]
+        [--latency-records 2000] [--rounds 1] [--three] [--connections 500] [--requests 40]
 """
 
 from __future__ import annotations
@@ -34,7 +39,10 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import selectors
 import shlex
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -48,6 +56,8 @@ from typing import Callable, Iterator
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from pylog.protocol import ApiKey, encode_request
+from pylog.records import build_batch
 from pylog.testing import apache_kafka
 from pylog.testing.apache_kafka import ApacheKafkaCluster
 from pylog.testing.broker import BrokerProcess
@@ -237,6 +247,136 @@ def confluent_consume(system: System, topic: str, records: int, partitions: int)
         return Measurement(count / elapsed, count, system.cpu() - cpu)
     finally:
         consumer.close()
+
+
+# -- many connections -----------------------------------------------------------------------
+
+IN_FLIGHT = 4  # Produce requests each connection keeps outstanding
+BATCH_RECORDS = 10
+
+
+def many_connections(system: System, topic: str, connections: int, requests: int,
+                     partitions: int, acks: int) -> tuple[Measurement, float, float]:
+    """``connections`` sockets at once, each sending ``requests`` Produce requests (one
+    ``BATCH_RECORDS``-record batch each) with ``IN_FLIGHT`` outstanding; returns records/s
+    with the brokers' CPU, and the requests' p50 and p99 latency in ms. Every response is
+    read; an error code in one fails the figure."""
+    addresses = [tuple(a.rsplit(":", 1)) for a in system.bootstrap.split(",")]
+    leaders = partition_leaders(system, topic)
+    batch = build_batch([(None, VALUE, (), int(time.time() * 1000))] * BATCH_RECORDS)
+    selector = selectors.DefaultSelector()
+    states = []
+    for index in range(connections):
+        partition = index % partitions
+        host, port = addresses[leaders.get(partition, 0) % len(addresses)] \
+            if system.replication > 1 else addresses[0]
+        sock = socket.create_connection((host, int(port)))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setblocking(False)
+        frame = encode_request(ApiKey.PRODUCE, 7, index, f"conn-{index}", {
+            "transactional_id": None, "acks": acks, "timeout_ms": 30000, "topic_data": [
+                {"name": topic, "partition_data": [{"index": partition, "records": batch}]}]})
+        state = {"sock": sock, "frame": frame, "sent": 0, "answered": 0, "out": b"",
+                 "inbuf": bytearray(), "times": []}
+        states.append(state)
+        selector.register(sock, selectors.EVENT_READ | selectors.EVENT_WRITE, state)
+    latencies: list[float] = []
+    done = 0
+    cpu = system.cpu()
+    start = time.perf_counter()
+    while done < connections:
+        for key, events in selector.select(timeout=30):
+            state = key.data
+            sock = state["sock"]
+            if events & selectors.EVENT_WRITE:
+                while (state["sent"] < requests and state["sent"] - state["answered"] < IN_FLIGHT
+                       and not state["out"]):
+                    state["out"] = state["frame"]
+                    state["sent"] += 1
+                    state["times"].append(time.perf_counter())
+                if state["out"]:
+                    sent = sock.send(state["out"])
+                    state["out"] = state["out"][sent:]
+            if events & selectors.EVENT_READ:
+                chunk = sock.recv(1 << 16)
+                if not chunk:
+                    raise RuntimeError(f"{system.name} closed a connection")
+                inbuf = state["inbuf"]
+                inbuf += chunk
+                while len(inbuf) >= 4:
+                    size = struct.unpack_from(">i", inbuf)[0]
+                    if len(inbuf) < 4 + size:
+                        break
+                    frame = bytes(inbuf[4:4 + size])
+                    del inbuf[:4 + size]
+                    check_produce_response(system, frame)
+                    latencies.append(time.perf_counter() - state["times"][state["answered"]])
+                    state["answered"] += 1
+                    if state["answered"] == requests:
+                        selector.unregister(sock)
+                        done += 1
+                        break
+            if state["answered"] < requests:
+                wanted = selectors.EVENT_READ | (
+                    selectors.EVENT_WRITE if state["out"] or (
+                        state["sent"] < requests
+                        and state["sent"] - state["answered"] < IN_FLIGHT) else 0)
+                selector.modify(sock, wanted, state)
+    elapsed = time.perf_counter() - start
+    cpu = system.cpu() - cpu
+    for state in states:
+        state["sock"].close()
+    selector.close()
+    latencies.sort()
+    records = connections * requests * BATCH_RECORDS
+    return (Measurement(records / elapsed, records, cpu),
+            latencies[len(latencies) // 2] * 1000, latencies[int(len(latencies) * 0.99)] * 1000)
+
+
+def check_produce_response(system: System, frame: bytes) -> None:
+    """The partition error code of a Produce v7 response (correlation id, one topic, one
+    partition): 0, else the figure fails."""
+    position = 4  # correlation id
+    topics = struct.unpack_from(">i", frame, position)[0]
+    position += 4
+    name_length = struct.unpack_from(">h", frame, position)[0]
+    position += 2 + name_length + 4  # the name, the partition count
+    error = struct.unpack_from(">h", frame, position + 4)[0]  # after the partition index
+    if topics != 1 or error != 0:
+        raise RuntimeError(f"{system.name}: a Produce failed with error {error}")
+
+
+def partition_leaders(system: System, topic: str) -> dict[int, int]:
+    """Partition -> the index of its leader's address in the bootstrap list."""
+    metadata = AdminClient({"bootstrap.servers": system.bootstrap}).list_topics(topic, timeout=30)
+    ports = [int(a.rsplit(":", 1)[1]) for a in system.bootstrap.split(",")]
+    brokers = {b.id: ports.index(b.port) for b in metadata.brokers.values() if b.port in ports}
+    return {p.id: brokers.get(p.leader, 0) for p in metadata.topics[topic].partitions.values()}
+
+
+def bench_connections(systems: dict[str, System], connections: int, requests: int,
+                      three: bool) -> None:
+    partitions, acks = 10, (-1 if three else 1)
+    topic = f"bench-conns-{uuid.uuid4().hex[:6]}"
+    results, latency, errors = {}, {}, {}
+    for name, system in systems.items():
+        create_topic(system, topic, partitions)
+        try:
+            results[name], *latency[name] = many_connections(system, topic, connections,
+                                                             requests, partitions, acks)
+        except Exception as exc:  # noqa: BLE001
+            errors[name] = str(exc).strip()
+    print_row(f"produce, {connections} connections", partitions, results.get("pylog"),
+              results.get("kafka"), errors)
+    for index, label in ((0, "p50"), (1, "p99")):
+        sides = {n: f"{v[index]:.1f} ms" for n, v in latency.items()}
+        ratio = (f"{latency['pylog'][index] / latency['kafka'][index]:6.2f}"
+                 if len(latency) == 2 else "     -")
+        print(f"{f'  request latency {label}':<34} {partitions:>5} "
+              f"{sides.get('pylog', 'FAILED'):>11} {sides.get('kafka', 'FAILED'):>11} {ratio} |",
+              flush=True)
+    for system in systems.values():
+        delete_topics(system, [topic])
 
 
 # -- Kafka's own tools --------------------------------------------------------------------
@@ -432,6 +572,11 @@ def main() -> int:
                              "the median is printed")
     parser.add_argument("--three", action="store_true",
                         help="3 brokers of each, RF 3, min.insync.replicas 2, acks=all")
+    parser.add_argument("--connections", type=int, default=500,
+                        help="clients connected at once for the many-connections figure "
+                             "(0: skip it)")
+    parser.add_argument("--requests", type=int, default=40,
+                        help="Produce requests each of those connections sends")
     args = parser.parse_args()
     counts = [int(p) for p in args.partitions.split(",")]
     started = time.monotonic()
@@ -449,6 +594,8 @@ def main() -> int:
         for partitions in counts:
             bench_partitions(systems, partitions, args.records, args.latency_records,
                              args.three, args.rounds)
+        if args.connections:
+            bench_connections(systems, args.connections, args.requests, args.three)
     print(f"\ntotal {time.monotonic() - started:.0f} s")
     return 0
 
