@@ -14,12 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from pylog.broker.txn_verification import NETWORK_EXCEPTION, VERIFY_TIMEOUT_S, verification_error
 from pylog.coordinator.codes import (
     COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, REBALANCE_IN_PROGRESS)
 from pylog.coordinator.coordinator import GroupCoordinator
 from pylog.coordinator.group import Pending
 from pylog.coordinator.membership import JoinRequest, join_error, sync_error
-from pylog.broker.txn_verification import NETWORK_EXCEPTION, VERIFY_TIMEOUT_S, verification_error
 from pylog.coordinator.store import TxnProducer, offsets_tp
 from pylog.errors import KafkaError
 from pylog.log.producer_state import SENTINEL

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 
 from pylog.broker.partitions import PartitionLogs
 from pylog.broker.replica import Role
-from pylog.cluster.placement import INTERNAL_TOPICS, validate_topic_name
 from pylog.broker.txn_verification import TxnVerifier, produce_error
+from pylog.cluster.placement import INTERNAL_TOPICS, validate_topic_name
 from pylog.errors import (
     CorruptMessageError, InvalidProducerIdMappingError, InvalidRequiredAcksError,
     InvalidTimestampError, InvalidTopicError, InvalidTxnStateError, KafkaError,
