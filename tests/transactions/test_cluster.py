@@ -1,7 +1,8 @@
 """Three brokers: the broker coordinating a transaction is SIGKILLed in the middle of it;
 the new leader of its ``__transaction_state`` partition loads it and commits it. Then a
 partition leader verifies transactional batches with a coordinator on another broker
-(KIP-890): a late batch of a committed transaction is refused."""
+(KIP-890): a late batch of a committed transaction is refused, and a batch whose
+coordinator does not answer is refused retriably."""
 
 from __future__ import annotations
 
@@ -80,6 +81,20 @@ def _late_batch_refused_by_a_remote_coordinator(cluster: LocalCluster, live: lis
                 "transaction_state"] == "CompleteCommit", message="the commit")
         assert produce(to_leader, "txn-failover", 0, transactional_id, producer_id, epoch,
                        1) == (48, -1)  # INVALID_TXN_STATE: not in any transaction now
+
+        # A coordinator that does not answer (SIGSTOP, shorter than its ZooKeeper session):
+        # NOT_ENOUGH_REPLICAS, which clients retry, and nothing written; the retry passes.
+        assert add_partitions(to_coordinator, transactional_id, producer_id, epoch,
+                              {"txn-failover": [0]}) == {("txn-failover", 0): 0}
+        cluster.brokers[coordinator].pause()
+        try:
+            assert produce(to_leader, "txn-failover", 0, transactional_id, producer_id, epoch,
+                           1, timeout_ms=1000) == (19, -1)
+        finally:
+            cluster.brokers[coordinator].resume()
+        assert produce(to_leader, "txn-failover", 0, transactional_id, producer_id, epoch,
+                       1)[0] == 0
+        assert end_txn(to_coordinator, transactional_id, producer_id, epoch, False) == 0
     finally:
         to_coordinator.close()
         to_leader.close()

@@ -32,12 +32,13 @@ def create_topic(conn, name: str, partitions: int = 2) -> None:
 
 
 def produce(conn, topic: str, partition: int, transactional_id: str | None, producer_id: int,
-            epoch: int, sequence: int, value: bytes = b"v") -> tuple[int, int]:
+            epoch: int, sequence: int, value: bytes = b"v", timeout_ms: int = 10000
+            ) -> tuple[int, int]:
     """(error code, base offset) of one transactional batch, acks=all."""
     batch = build_batch([(None, value, (), int(time.time() * 1000))], producer_id=producer_id,
                         producer_epoch=epoch, base_sequence=sequence, is_transactional=True)
     response = call(conn, ApiKey.PRODUCE, 9, {
-        "transactional_id": transactional_id, "acks": -1, "timeout_ms": 10000,
+        "transactional_id": transactional_id, "acks": -1, "timeout_ms": timeout_ms,
         "topic_data": [{"name": topic, "partition_data": [
             {"index": partition, "records": batch}]}]})
     result = response["responses"][0]["partition_responses"][0]
