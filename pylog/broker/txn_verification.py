@@ -45,14 +45,13 @@ from typing import Callable
 from pylog.cluster.broker_link import BrokerLink, broker_address
 from pylog.cluster.metadata import NO_LEADER, ClusterMetadata
 from pylog.errors import (
-    ClusterAuthorizationFailedError, KafkaError, NetworkExceptionError, PylogError,
-    UnsupportedVersionError)
+    ClusterAuthorizationFailedError, KafkaError, NetworkExceptionError, NotEnoughReplicasError,
+    PylogError, UnsupportedVersionError)
 from pylog.protocol import ApiKey
 from pylog.transactions.codes import (
     CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
     INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, NOT_COORDINATOR, PRODUCER_FENCED,
     TRANSACTION_ABORTABLE)
-from pylog.transactions.store import TRANSACTION_TOPIC
 from pylog.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -61,7 +60,7 @@ VERIFY_VERSIONS = (4, 5)
 VERIFY_TIMEOUT_S = 30.0  # a coordinator's answer is waited for this long at most
 NETWORK_EXCEPTION = NetworkExceptionError.errno
 CLUSTER_AUTHORIZATION_FAILED = ClusterAuthorizationFailedError.errno
-NOT_ENOUGH_REPLICAS = 19
+NOT_ENOUGH_REPLICAS = NotEnoughReplicasError.errno
 _RETRY_AS_NOT_ENOUGH_REPLICAS = frozenset({
     CONCURRENT_TRANSACTIONS, NETWORK_EXCEPTION, COORDINATOR_LOAD_IN_PROGRESS,
     COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR})
@@ -118,13 +117,12 @@ class TxnVerifier:
                done: Callable[[Errors], None]) -> Errors | None:
         """Each partition's error code now (this broker coordinates the id, or nobody
         does), or None: ``done(errors)`` is called later, from another thread."""
-        txn_partition = self.coordinator.state.partition_of(transactional_id)
-        topic = self.metadata.topic(TRANSACTION_TOPIC)
-        state = None if topic is None else topic.partitions.get(txn_partition)
-        leader = NO_LEADER if state is None else state.leader
-        if leader == self.local_id:
+        state = self.coordinator.state
+        coordinator = state.store.leader_of(state.partition_of(transactional_id))
+        if coordinator is not None and coordinator.broker_id == self.local_id:
             return self.coordinator.verify_partitions(transactional_id, producer_id,
                                                       producer_epoch, partitions)
+        leader = NO_LEADER if coordinator is None else coordinator.broker_id
         if leader == NO_LEADER or self.address_of(leader) is None:
             return dict.fromkeys(partitions, COORDINATOR_NOT_AVAILABLE)
         with self._lock:
