@@ -232,6 +232,7 @@ InvalidTimestampError: type[KafkaError] = globals()["InvalidTimestampError"]
 CoordinatorNotAvailableError: type[KafkaError] = globals()["CoordinatorNotAvailableError"]
 UnknownTopicIdError: type[KafkaError] = globals()["UnknownTopicIdError"]
 InvalidTxnStateError: type[KafkaError] = globals()["InvalidTxnStateError"]
+OffsetNotAvailableError: type[KafkaError] = globals()["OffsetNotAvailableError"]
 
 
 def raise_for_code(code: int, message: str | None = None) -> None:

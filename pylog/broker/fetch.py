@@ -45,7 +45,8 @@ from pylog.broker.fetch_sessions import (
     FINAL_EPOCH, INITIAL_EPOCH, FetchSession, FetchSessionCache, FetchSessionIdNotFoundError,
     records_size)
 from pylog.broker.partitions import PartitionLogs
-from pylog.errors import InvalidRequestError, KafkaError, PylogError, UnsupportedVersionError
+from pylog.errors import (
+    InvalidRequestError, KafkaError, OffsetNotAvailableError, PylogError, UnsupportedVersionError)
 from pylog.records import decode_batch
 from pylog.types import TopicPartition
 
@@ -319,10 +320,14 @@ def handle_list_offsets(body: dict, version: int, logs: PartitionLogs) -> dict:
                 if (replica_id >= 0 or replica_id == DEBUGGING_REPLICA_ID) \
                         and p["timestamp"] == LATEST:
                     offset, timestamp = partition_log.log_end_offset, -1
-                elif body.get("isolation_level", 0) == READ_COMMITTED:
-                    offset, timestamp = _lookup_committed(partition_log, p["timestamp"])
                 else:
-                    offset, timestamp = _lookup(partition_log, p["timestamp"])
+                    committed = body.get("isolation_level", 0) == READ_COMMITTED
+                    lookup = _lookup_committed if committed else _lookup
+                    offset, timestamp = lookup(partition_log, p["timestamp"])
+                    if replica_id == -1:
+                        _check_caught_up(logs, topic["name"], p, partition_log, offset,
+                                         partition_log.last_stable_offset if committed
+                                         else partition_log.high_watermark)
                 result.update(offset=offset, timestamp=timestamp,
                               leader_epoch=max(partition_log.latest_epoch, 0),
                               old_style_offsets=[] if offset < 0 else [offset])
@@ -331,6 +336,22 @@ def handle_list_offsets(body: dict, version: int, logs: PartitionLogs) -> dict:
             partitions_out.append(result)
         topics_out.append({"name": topic["name"], "partitions": partitions_out})
     return {"throttle_time_ms": 0, "topics": topics_out}
+
+
+def _check_caught_up(logs: PartitionLogs, topic: str, p: dict, partition_log, offset: int,
+                     fetchable: int) -> None:
+    """KIP-207: a new leader's high watermark starts where its own replica knew it, which
+    may be below the previous leader's until the followers fetch again. Until it reaches
+    the offset where this leader's epoch began, the latest offset (or a timestamp's, when
+    not found below the fetchable end) could go back: OFFSET_NOT_AVAILABLE, which clients
+    retry, as Kafka answers a consumer."""
+    timestamp = p["timestamp"]
+    if timestamp in (EARLIEST, EARLIEST_LOCAL) or (timestamp != LATEST and 0 <= offset < fetchable):
+        return
+    if logs.leader_epoch_start(topic, p["partition_index"]) > partition_log.high_watermark:
+        raise OffsetNotAvailableError(
+            f"{topic}-{p['partition_index']}: the high watermark {partition_log.high_watermark} "
+            f"has not reached this leader's epoch start yet")
 
 
 def _lookup(partition_log, timestamp: int) -> tuple[int, int]:

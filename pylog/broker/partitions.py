@@ -143,6 +143,13 @@ class PartitionLogs:
             return existing
         return self.open_log(topic, partition)
 
+    def leader_epoch_start(self, topic: str, partition: int) -> int:
+        """Where this broker's log ended when it became the partition's leader in the
+        current epoch (0 without replication: one copy's high watermark never goes back)."""
+        if self.replicas is None:
+            return 0
+        return self.replicas.leader_replica(TopicPartition(topic, partition)).epoch_start_offset
+
     def replica_log(self, topic: str, partition: int) -> Log:
         """This broker's log of a partition it holds a replica of, whatever its role.
 

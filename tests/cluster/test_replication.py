@@ -30,6 +30,8 @@ from tests.cluster.clients import kafka_python_consume
 from tests.cluster.cluster_helpers import LocalCluster
 from tests.cluster.conftest import wait_until
 
+pytestmark = pytest.mark.slow(minutes=2)
+
 TOPIC = "replicated"
 
 
@@ -316,6 +318,57 @@ def test_rolling_controlled_shutdown_under_acks_all_load(cluster):
     acked = {(p, value) for p, _, value in producer.acked}
     found = read_all(cluster, [0, 1, 2])
     assert acked <= set(found), f"lost {len(acked - set(found))} acknowledged messages"
+
+
+def latest_offset(connection: BrokerConnection) -> tuple[int, int]:
+    """(error code, offset) of a consumer's ListOffsets for the latest offset of partition 0."""
+    response = connection.request(ApiKey.LIST_OFFSETS, {
+        "replica_id": -1, "isolation_level": 0, "topics": [{"name": TOPIC, "partitions": [{
+            "partition_index": 0, "current_leader_epoch": -1, "timestamp": -1,
+            "max_num_offsets": 1}]}]})
+    answer = response["topics"][0]["partitions"][0]
+    return answer["error_code"], answer["offset"]
+
+
+def test_latest_offset_never_goes_back_through_a_failover(tmp_path, zk_connect):
+    """KIP-207: a new leader starts with the high watermark its replica last heard, which
+    can be below the acknowledged end (followers learn it on their next fetch; here long
+    polls make that late). Until the other follower has fetched from it, it answers a
+    consumer's ListOffsets OFFSET_NOT_AVAILABLE, never an end below what was acknowledged
+    (which would send a consumer back, or make an end-offset check pass on nothing)."""
+    cluster = make_cluster(tmp_path, zk_connect, **{
+        "replica.fetch.wait.max.ms": 4000, "replica.lag.time.max.ms": 10000})
+    try:
+        create_topic(cluster)
+        producer = AcksAllProducer(cluster.bootstrap())
+        for n in range(100):
+            producer.produce(f"v-{n}")
+        producer.flush()
+        assert len(producer.acked) == 100
+        leader = leader_of(cluster)
+        survivors = [b for b in cluster.brokers if b != leader]
+        connections = [BrokerConnection("127.0.0.1", cluster.ports[b]) for b in survivors]
+        for connection in connections:
+            connection.connect()
+        cluster.brokers[leader].kill()
+        answers, refused = [], 0
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (answers and answers[-1] == 100):
+            for connection in connections:
+                error, offset = latest_offset(connection)
+                if error == 0:
+                    answers.append(offset)
+                elif error == 78:  # OFFSET_NOT_AVAILABLE
+                    refused += 1
+                else:
+                    assert error == 6, error  # NOT_LEADER_OR_FOLLOWER: not elected (yet)
+        for connection in connections:
+            connection.close()
+        assert answers and answers[-1] == 100, (answers[-5:], refused)
+        assert refused, "the new leader's high watermark was never behind: nothing was tested"
+        assert min(answers) == 100, f"a latest offset below the acknowledged 100: {answers}"
+    finally:
+        cluster.close()
 
 
 def test_kafka_python_reads_through_a_failover(cluster):
