@@ -30,7 +30,7 @@ import sys
 import tempfile
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 from pylog.testing.kafka_bin import write_kafka_bin
 
@@ -59,18 +59,24 @@ def build(cache: Path = CACHE) -> Path:
     if (tests / "test-runner").exists():
         return tests
     cache.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["npm", "pack", "-q", PACKAGE], cwd=cache, check=True,
-                   stdout=subprocess.DEVNULL)
+    _step(["npm", "pack", "-q", PACKAGE], cache)
     tarball = next(cache.glob("confluentinc-kafka-javascript-*.tgz"))
-    subprocess.run(["tar", "xzf", tarball.name, "package/deps/librdkafka"], cwd=cache, check=True)
+    _step(["tar", "xzf", tarball.name, "package/deps/librdkafka"], cache)
     source = tests.parent
-    for step in (["./configure", "--disable-gssapi", "--disable-sasl", "--disable-curl"],
-                 ["make", "-j2", "libs"]):
-        subprocess.run(step, cwd=source, check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
-    subprocess.run(["make", "-j2", "build"], cwd=tests, check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
+    _step(["./configure", "--disable-gssapi", "--disable-sasl", "--disable-curl"], source)
+    _step(["make", "-j2", "libs"], source)
+    _step(["make", "-j2", "build"], tests)
     return tests
+
+
+def _step(command: list[str], cwd: Path) -> None:
+    """One build step; its output's tail in the error when it fails."""
+    result = subprocess.run(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, errors="replace")
+    if result.returncode != 0:
+        tail = "\n".join(result.stdout.splitlines()[-20:])
+        raise RuntimeError(f"building librdkafka's test suite: {' '.join(command)} in {cwd} "
+                           f"exited with {result.returncode}:\n{tail}")
 
 
 def test_names(tests: Path, first: int, last: int, only: set[str] | None) -> list[str]:
@@ -83,9 +89,17 @@ def test_names(tests: Path, first: int, last: int, only: set[str] | None) -> lis
             and (only is None or name[:4] in only)]
 
 
+class Outcome(NamedTuple):
+    """One test's result: PASSED, FAILED or SKIPPED, why it failed, and what it printed."""
+
+    result: str
+    why: str
+    output: str
+
+
 def run_test(tests: Path, name: str, bootstrap: str, kafka_path: Path, timeout_s: int
-             ) -> tuple[str, str]:
-    """(PASSED, FAILED or SKIPPED, why) of one test."""
+             ) -> Outcome:
+    """Run one test of the suite against ``bootstrap``."""
     with tempfile.NamedTemporaryFile("w", suffix=".conf") as conf:
         conf.write(f"bootstrap.servers={bootstrap}\n")
         conf.flush()
@@ -97,16 +111,24 @@ def run_test(tests: Path, name: str, bootstrap: str, kafka_path: Path, timeout_s
                                     env=env, capture_output=True, text=True,
                                     timeout=timeout_s, errors="replace")
             output = result.stdout + result.stderr
-        except subprocess.TimeoutExpired:
-            return "FAILED", f"no report within {timeout_s} s"
+        except subprocess.TimeoutExpired as expired:
+            output = _text(expired.stdout) + _text(expired.stderr)
+            return Outcome("FAILED", f"no report within {timeout_s} s", output)
     output = re.sub(r"\x1b\[[0-9;]*m", "", output)
     row = re.search(rf"^\| {name} +\| +(\w+) +\|", output, re.M)
     if row is None:
-        return "FAILED", "no report: crashed"
+        return Outcome("FAILED", "no report: crashed", output)
     if row.group(1) == "PASSED" or row.group(1) == "SKIPPED":
-        return row.group(1), ""
+        return Outcome(row.group(1), "", output)
     failure = re.search(r"failed at .*?###\n(.*)", output)
-    return "FAILED", (failure.group(1).strip()[:160] if failure else row.group(1))
+    return Outcome("FAILED", failure.group(1).strip()[:160] if failure else row.group(1),
+                   output)
+
+
+def _text(data: bytes | str | None) -> str:
+    if isinstance(data, bytes):
+        return data.decode(errors="replace")
+    return data or ""
 
 
 @contextmanager
@@ -160,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         running = running_pylog if args.against == "pylog" else running_apache_kafka
         with running(base, args.brokers) as bootstrap:
             for name in names:
-                outcome, why = run_test(tests, name, bootstrap, kafka_path, args.timeout)
+                outcome, why, _ = run_test(tests, name, bootstrap, kafka_path, args.timeout)
                 counts[outcome] += 1
                 if outcome == "FAILED":
                     failed.append(name)
