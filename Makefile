@@ -24,8 +24,13 @@ demo: deps
 demo-cluster: deps
 	$(VENV)/bin/pylog demo --cluster --workdir demo-cluster-data
 
+# The modules run on TEST_WORKERS pytest-xdist workers, a module to a worker (tests of one
+# module share its broker, ZooKeeper or SparkSession): most tests wait on processes, so
+# three workers keep two cores busy. TEST_WORKERS=0 runs them in this process, in order.
+TEST_WORKERS ?= 3
+
 test: deps
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 bench: deps
 	$(PY) benchmarks/run_all.py

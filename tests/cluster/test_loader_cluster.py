@@ -30,6 +30,8 @@ from tests.cluster.cluster_helpers import LocalCluster
 from tests.cluster.conftest import wait_until
 from tests.etl.helpers import assert_exactly_once, broker_records, events, produce, write_config
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, zookeeper):

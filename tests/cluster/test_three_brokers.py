@@ -12,6 +12,8 @@ from tests.cluster import clients
 from tests.cluster.cluster_helpers import LocalCluster
 from tests.cluster.conftest import wait_until
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def cluster(tmp_path, zk_connect):

@@ -13,9 +13,13 @@ import subprocess
 import sys
 import uuid
 
+import pytest
+
 from pylog.orchestration.demo import PARTITIONS, TOPIC
 from pylog.testing.spark import spark_env
 from tests.dags.test_demo_smoke import wait_for_no_processes
+
+pytestmark = pytest.mark.slow(minutes=2)
 
 EVENTS = 300
 

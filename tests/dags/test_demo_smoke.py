@@ -15,8 +15,12 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
+
 from pylog.orchestration.demo import PARTITIONS, SPARK_MASTER, TOPIC
 from pylog.testing.spark import spark_env
+
+pytestmark = pytest.mark.slow
 
 EVENTS = 200
 

@@ -31,6 +31,8 @@ from pylog.warehouse.query import run_query
 from pylog.warehouse.status import collect_status
 from tests.dags.conftest import local_airflow, write_loader_config
 
+pytestmark = pytest.mark.slow(minutes=2)
+
 END_MS = int(datetime(2026, 11, 20, 12, tzinfo=timezone.utc).timestamp() * 1000)
 EVENTS = 2400
 LATER_EVENTS = 150

@@ -35,7 +35,7 @@ from pylog.testing.postgres import postgres_fixture
 from tests.dags.conftest import DAGS, write_loader_config
 from tests.etl.helpers import broker_records, duckdb_keys
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(minutes=2)
 
 END_MS = int(datetime(2026, 11, 20, 12, tzinfo=timezone.utc).timestamp() * 1000)
 BATCHES = (600, 200, 200)  # the first before the DAG is unpaused, the others during runs 1 and 2

@@ -19,6 +19,8 @@ from pylog.etl.state import StateStore
 from pylog.testing.spark import spark_env
 from tests.etl.helpers import assert_exactly_once, broker_records, events, write_config
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 
 

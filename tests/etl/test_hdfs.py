@@ -28,6 +28,8 @@ from pylog.testing.process import free_port
 from pylog.testing.spark import spark_env
 from tests.etl.helpers import broker_records, events, write_config
 
+pytestmark = pytest.mark.slow(minutes=2)
+
 hdfs = hdfs_fixture(datanodes=2)
 
 HOUR, MINUTE = 3_600_000, 60_000

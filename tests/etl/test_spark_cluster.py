@@ -33,6 +33,8 @@ from pylog.testing.sockets import close_sockets, read_exactly
 from pylog.testing.spark_cluster import spark_cluster_fixture, spark_submit_path
 from tests.etl.helpers import broker_records, duckdb_keys, events, produce, write_config
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 SUBMIT_TIMEOUT = 240
 JVM_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"

@@ -24,6 +24,8 @@ from tests.mirror.helpers import (
     wait_for_commit,
 )
 
+pytestmark = pytest.mark.slow
+
 zookeeper = zookeeper_fixture()
 
 CLUSTER_SETTINGS = {**BROKER_SETTINGS, "transaction.state.log.replication.factor": 3,

@@ -27,6 +27,8 @@ from tests.cluster.cluster_helpers import LocalCluster
 from tests.peer.java_tools import (TOOLS, JavaClient, java_argv, replicated_cluster_fixture,
                                    write_log_config, write_properties)
 
+pytestmark = pytest.mark.slow
+
 zookeeper = zookeeper_fixture()
 
 

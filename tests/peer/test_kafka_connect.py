@@ -51,6 +51,8 @@ from pylog.testing.zookeeper import zookeeper_fixture
 from tests.cluster.cluster_helpers import LocalCluster
 from tests.peer.java_tools import replicated_cluster_fixture
 
+pytestmark = pytest.mark.slow
+
 zookeeper = zookeeper_fixture()
 
 SOURCE_CLASS = "org.apache.kafka.connect.file.FileStreamSourceConnector"

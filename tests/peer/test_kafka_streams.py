@@ -38,6 +38,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
@@ -51,6 +52,8 @@ from pylog.testing.zookeeper import zookeeper_fixture
 from tests.broker.wire import WireClient
 from tests.cluster.cluster_helpers import LocalCluster
 from tests.peer.java_tools import JVM_OPTIONS, replicated_cluster_fixture
+
+pytestmark = pytest.mark.slow
 
 zookeeper = zookeeper_fixture()
 

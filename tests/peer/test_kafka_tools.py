@@ -25,6 +25,8 @@ from pylog.testing.broker import broker_fixture
 from pylog.testing.waiting import wait_until
 from tests.peer.java_tools import TOOLS, KafkaTools, Side, error_class, error_message, rows
 
+pytestmark = pytest.mark.slow
+
 TOPICS = TOOLS + "TopicCommand"
 CONSOLE_PRODUCER = TOOLS + "ConsoleProducer"
 CONSOLE_CONSUMER = TOOLS + "consumer.ConsoleConsumer"
