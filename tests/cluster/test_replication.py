@@ -56,8 +56,12 @@ def create_topic(cluster: LocalCluster, partitions: int = 1, replication: int = 
                  configs: dict | None = None) -> None:
     with Admin(cluster.bootstrap()) as admin:
         admin.create_topic(TOPIC, partitions, replication, configs or {})
-    wait_until(lambda: all(len(p.isr) == replication for p in partition_meta(cluster).values()),
-               message="every replica in the ISR")
+    def all_in_sync() -> bool:
+        found = partition_meta(cluster)  # empty until the broker asked knows the topic
+        return len(found) == partitions and all(len(p.isr) == replication
+                                                for p in found.values())
+
+    wait_until(all_in_sync, message="every replica in the ISR")
 
 
 def partition_meta(cluster: LocalCluster, via: int | None = None):
@@ -664,8 +668,9 @@ def test_reassignment_through_the_admin_api_lists_and_cancels(cluster, tmp_path)
     creator = AdminClient({"bootstrap.servers": cluster.bootstrap(first)})
     creator.create_topics([NewTopic(TOPIC, 2, -1, replica_assignment=[
         [first, second], [first, second]])])[TOPIC].result(30)
-    wait_until(lambda: all(len(p.isr) == 2 for p in partition_meta(cluster).values()),
-               message="every replica in the ISR")
+    wait_until(lambda: len(partition_meta(cluster)) == 2 and all(
+        len(p.isr) == 2 for p in partition_meta(cluster).values()),
+        message="every replica in the ISR")
     admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap(first))
     p0, p1, missing = KpPartition(TOPIC, 0), KpPartition(TOPIC, 1), KpPartition(TOPIC, 9)
 
