@@ -23,6 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from pylog.client.admin import Admin
 from pylog.client.connection import BrokerConnection
+from pylog.errors import NotLeaderOrFollowerError, OffsetNotAvailableError
 from pylog.protocol import ApiKey
 from pylog.records import iter_batch_headers
 from pylog.records.compression import Compression
@@ -362,10 +363,10 @@ def test_latest_offset_never_goes_back_through_a_failover(tmp_path, zk_connect):
                 error, offset = latest_offset(connection)
                 if error == 0:
                     answers.append(offset)
-                elif error == 78:  # OFFSET_NOT_AVAILABLE
+                elif error == OffsetNotAvailableError.errno:
                     refused += 1
-                else:
-                    assert error == 6, error  # NOT_LEADER_OR_FOLLOWER: not elected (yet)
+                else:  # a survivor not elected (yet)
+                    assert error == NotLeaderOrFollowerError.errno, error
         for connection in connections:
             connection.close()
         assert answers and answers[-1] == 100, (answers[-5:], refused)
