@@ -53,8 +53,10 @@ def produce(cluster: LocalCluster, broker_id: int, records: bytes) -> dict:
 
 
 def isr_and_leader(cluster: LocalCluster, via: int):
-    partition = cluster.metadata(via, [TOPIC]).topics[TOPIC].partitions[0]
-    return partition.leader, partition.isr
+    """(leader, ISR) of partition 0 as broker ``via`` lists it; (-1, ()) until it does."""
+    topic = cluster.metadata(via, [TOPIC]).topics.get(TOPIC)
+    partition = None if topic is None else topic.partitions.get(0)
+    return (-1, ()) if partition is None else (partition.leader, partition.isr)
 
 
 def test_producer_ids_are_unique_across_brokers(cluster, zk_client):
