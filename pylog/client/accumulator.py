@@ -11,6 +11,7 @@ flush or close asks for it. Bytes held in unsent or unacknowledged batches are c
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import deque
 from concurrent.futures import Future
@@ -50,6 +51,7 @@ class ProducerBatch:
     done: bool = False  # delivered or failed
     has_futures: bool = False  # some waiter is a future (not only callbacks)
     sequence: int | None = None  # an idempotent producer's base sequence, once assigned
+    order: int = 0  # the accumulator's creation count: a partition's batches go in this order
     _encoded: bytes | None = None
     records: RecordsBuffer = field(init=False, repr=False)  # the builder's, appended to per record
 
@@ -117,6 +119,7 @@ class RecordAccumulator:
         self._records_limit = max(batch_size - BATCH_HEADER_SIZE, 0)
         self._bytes_held = 0
         self._incomplete = 0  # batches created and not yet completed or failed
+        self._created = itertools.count()
         self.flushing = 0
 
     def partition_queue(self, tp: TopicPartition) -> PartitionQueue:
@@ -174,7 +177,7 @@ class RecordAccumulator:
     def _new_batch(self, queue: PartitionQueue) -> ProducerBatch:
         batch = ProducerBatch(queue.tp, BatchBuilder(compression=self.compression,
                                                      is_transactional=self.transactional),
-                              self.clock(), self.batch_size)
+                              self.clock(), self.batch_size, order=next(self._created))
         queue.append(batch)
         queue.open = batch
         self._incomplete += 1
@@ -238,16 +241,15 @@ class RecordAccumulator:
         return max(min(waits), 0.0) if waits else None
 
     def reenqueue(self, batch: ProducerBatch, retry_at: float) -> None:
-        """Put a batch that failed with a retriable error back at the head of its queue,
-        among the other retried ones in sequence order, so retries keep the send order."""
+        """Put a drained batch back in its queue, before every batch created after it
+        (the other retried ones are at the head, in order), so retries keep the send order
+        whatever order they are put back in."""
         with self.cond:
             batch.retry_at = retry_at
             queue = self._queues[batch.tp]
             position = 0
-            if batch.sequence is not None:
-                while (position < len(queue) and queue[position].sequence is not None
-                       and _before(queue[position].sequence, batch.sequence)):
-                    position += 1
+            while position < len(queue) and queue[position].order < batch.order:
+                position += 1
             queue.insert(position, batch)
             self.cond.notify_all()
 
@@ -275,8 +277,3 @@ class RecordAccumulator:
                 queue.open = None
             return batches
 
-
-def _before(a: int, b: int) -> bool:
-    """Whether sequence ``a`` comes before ``b`` (sequences wrap at 2**31, and at most a
-    few batches apart are compared)."""
-    return a != b and (b - a) % 2**31 < 2**30

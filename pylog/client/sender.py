@@ -81,11 +81,20 @@ class Idempotence:
 
     def acked(self, batch: ProducerBatch) -> None:
         if batch.sequence is not None:
-            self.last_acked[batch.tp] = (batch.sequence + batch.record_count - 1) % _SEQUENCES
+            last = (batch.sequence + batch.record_count - 1) % _SEQUENCES
+            acked = self.last_acked.get(batch.tp)
+            if acked is None or _before(acked, last):  # a late answer for an earlier batch
+                self.last_acked[batch.tp] = last         # does not move it back
 
     def is_next(self, batch: ProducerBatch) -> bool:
         """Whether ``batch`` is the next one the broker should take for its partition."""
         return batch.sequence == (self.last_acked.get(batch.tp, -1) + 1) % _SEQUENCES
+
+
+def _before(a: int, b: int) -> bool:
+    """Whether sequence ``a`` comes before ``b`` (sequences wrap at 2**31; only sequences
+    a few batches apart are compared)."""
+    return a != b and (b - a) % _SEQUENCES < _SEQUENCES // 2
 
 
 class Sender(threading.Thread):
@@ -201,6 +210,11 @@ class Sender(threading.Thread):
 
     def _send(self, batches: list[ProducerBatch]) -> None:
         by_leader: dict[int, list[ProducerBatch]] = {}
+        # A partition's leader is looked up once: its batches all go, or all wait. A later
+        # batch sent while an earlier one waits would be written first (and the earlier
+        # one, if a stopped broker wrote it after all, would fall out of the broker's
+        # memory of recent sequences and never be acknowledged).
+        leaders: dict[TopicPartition, int | PylogError] = {}
         now = self.clock()
         for batch in batches:
             if now - batch.created > self.delivery_timeout_s:
@@ -208,15 +222,19 @@ class Sender(threading.Thread):
                     f"{batch.tp}: not delivered within delivery_timeout_ms "
                     f"({self.delivery_timeout_s * 1000:.0f} ms)"))
                 continue
-            try:
-                leader = self.network.leader_id(batch.tp)
-            except RetriableError as exc:
-                self._retry_or_fail(batch, exc)
-                continue
-            except PylogError as exc:
-                self._fail(batch, exc)
-                continue
-            by_leader.setdefault(leader, []).append(batch)
+            leader = leaders.get(batch.tp)
+            if leader is None:
+                try:
+                    leader = self.network.leader_id(batch.tp)
+                except PylogError as exc:
+                    leader = exc
+                leaders[batch.tp] = leader
+            if isinstance(leader, RetriableError):
+                self._retry_or_fail(batch, leader)
+            elif isinstance(leader, PylogError):
+                self._fail(batch, leader)
+            else:
+                by_leader.setdefault(leader, []).append(batch)
         for leader, group in by_leader.items():
             self._send_to_leader(leader, group)
 

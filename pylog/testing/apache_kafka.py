@@ -171,11 +171,13 @@ class ApacheKafkaCluster:
             "share.coordinator.state.topic.min.isr": min_isr,
             "group.initial.rebalance.delay.ms": "0",
             "unclean.leader.election.enable": "false",
-            # A SIGKILLed node is fenced, and its partitions led elsewhere, within seconds.
+            # A SIGKILLed node is fenced, and its partitions led elsewhere, within seconds;
+            # long enough that a live node on a loaded machine (three test workers and a
+            # compiler on two cores) keeps its session.
             "broker.heartbeat.interval.ms": "500",
-            "broker.session.timeout.ms": "3000",
-            "controller.quorum.election.timeout.ms": "1000",
-            "controller.quorum.fetch.timeout.ms": "2000",
+            "broker.session.timeout.ms": "6000",
+            "controller.quorum.election.timeout.ms": "2000",
+            "controller.quorum.fetch.timeout.ms": "4000",
             "replica.lag.time.max.ms": "5000",
             "controlled.shutdown.enable": "true",
             "log.flush.scheduler.interval.ms": "1000",

@@ -102,3 +102,24 @@ def test_buffer_memory_blocks_then_times_out_and_frees_on_completion():
         (last,) = acc.drain(0, force=True)
     acc.complete(last)
     assert acc.incomplete == 0 and acc._bytes_held == 0  # every byte counted in is counted out
+
+
+def test_batches_put_back_in_any_order_go_again_in_their_first_order():
+    """The sender puts back what it drained when a partition has no leader or a request
+    times out, one batch at a time; numbered or not, they leave again in the order they were
+    created, ahead of the batches that came after them."""
+    clock = FakeClock()
+    acc = _accumulator(clock, batch_size=100)
+    for i in range(4):
+        acc.append(TP0, None, b"%d" % i + b"." * 60, (), i, 1.0)
+    with acc.cond:
+        drained = acc.drain(clock.now, force=True)
+    assert len(drained) == 4
+    acc.append(TP0, None, b"4" + b"." * 60, (), 4, 1.0)
+    for batch in (drained[2], drained[0], drained[3], drained[1]):
+        batch.attempts = 1
+        acc.reenqueue(batch, retry_at=clock.now)
+    with acc.cond:
+        again = acc.drain(clock.now, force=True)
+    assert [decode_batch(b.encoded()).records[0].value[:1] for b in again] == [
+        b"0", b"1", b"2", b"3", b"4"]
