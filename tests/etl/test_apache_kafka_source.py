@@ -29,6 +29,7 @@ from pylog.etl.errors import LoaderError
 from pylog.etl.job import LoadRequest, run_load
 from pylog.etl.state import StateStore
 from pylog.testing.apache_kafka import apache_kafka_fixture
+from pylog.testing.waiting import wait_until
 from tests.etl.helpers import SCHEMA, assert_exactly_once, events, write_config
 
 LOADER_PASSWORD = "loader-Kafka-5e1f0c"
@@ -174,17 +175,30 @@ def test_read_committed_skips_aborted_transactions_and_waits_for_open_ones(spark
     committer.begin_transaction()
     send(committer, "tx", range(80, 90))  # committed, but after the open transaction's records
     committer.commit_transaction(30)
+    # Kafka answers EndTxn once the outcome is logged and writes the partitions' markers
+    # after it: the last stable offset moves when they are written. The loader plans up to
+    # the last stable offset it is told, so the test waits for the markers first.
+    committed_readable(kafka.bootstrap, "tx", 60)
 
     first = run_load(config, spark, LoadRequest(run_id="t1"))
     assert loaded_numbers(spark, tmp_path / "warehouse", "tx") == list(range(60))
     assert first[0].rows_written == 60
 
     pending.commit_transaction(30)
+    committed_readable(kafka.bootstrap, "tx", 90)
     run_load(config, spark, LoadRequest(run_id="t2"))
     assert loaded_numbers(spark, tmp_path / "warehouse", "tx") == list(range(90))
     committed = kafka_keys(kafka.bootstrap, "tx", isolation="read_committed")
     assert len(committed) == 90
     assert_exactly_once(spark, tmp_path / "warehouse", "tx", committed)
+
+
+def committed_readable(bootstrap: str, topic: str, count: int) -> None:
+    """Wait until a read_committed consumer reads ``count`` records of ``topic`` up to the
+    last stable offsets."""
+    wait_until(lambda: len(kafka_keys(bootstrap, topic, isolation="read_committed")) == count,
+               timeout=60, interval=0.5,
+               message=f"{count} committed records of {topic} below the last stable offset")
 
 
 def secured_config(tmp_path: Path, kafka, password: str) -> Path:
