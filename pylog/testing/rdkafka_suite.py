@@ -17,8 +17,8 @@ command-line tools (:mod:`pylog.testing.kafka_bin`), so the tests that call
 group configs), and the tests then expect that. The suite (librdkafka 2.15.1's tests, from
 the npm package that vendors its source) is built once into ``~/.cache/pylog/rdksuite``
 (about three minutes on two idle cores; needs gcc, make and npm). The compiler runs at
-the lowest priority (``nice 19``), so brokers started beside it keep their heartbeats. One line per test, then a
-summary line; exit status 1 if any test failed.
+the lowest priority (``nice 19``), so brokers started beside it keep their heartbeats. One
+line per test, then a summary line; exit status 1 if any test failed.
 """
 
 from __future__ import annotations

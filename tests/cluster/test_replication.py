@@ -57,12 +57,15 @@ def create_topic(cluster: LocalCluster, partitions: int = 1, replication: int = 
                  configs: dict | None = None) -> None:
     with Admin(cluster.bootstrap()) as admin:
         admin.create_topic(TOPIC, partitions, replication, configs or {})
-    def all_in_sync() -> bool:
-        found = partition_meta(cluster)  # empty until the broker asked knows the topic
-        return len(found) == partitions and all(len(p.isr) == replication
-                                                for p in found.values())
+    wait_until(lambda: all_in_sync(cluster, partitions, replication),
+               message="every replica in the ISR")
 
-    wait_until(all_in_sync, message="every replica in the ISR")
+
+def all_in_sync(cluster: LocalCluster, partitions: int, replication: int) -> bool:
+    """Whether the topic's ``partitions`` are all listed, each with ``replication`` replicas
+    in its ISR (a broker lists none until it knows the topic)."""
+    found = partition_meta(cluster)
+    return len(found) == partitions and all(len(p.isr) == replication for p in found.values())
 
 
 def partition_meta(cluster: LocalCluster, via: int | None = None):
@@ -316,8 +319,8 @@ def test_rolling_controlled_shutdown_under_acks_all_load(cluster):
             text = cluster.brokers[broker_id].log_text()
             assert "controlled shutdown: no leaderships left to move" in text
             cluster.brokers[broker_id].start()
-            wait_until(lambda: all(len(p.isr) == 3 for p in partition_meta(cluster).values()),
-                       timeout=30, message="every replica back in sync")
+            wait_until(lambda: all_in_sync(cluster, 3, 3), timeout=30,
+                       message="every replica back in sync")
     producer.flush()
     assert not [e for e in producer.errors if not e.retriable()], producer.errors
     acked = {(p, value) for p, _, value in producer.acked}
@@ -669,9 +672,7 @@ def test_reassignment_through_the_admin_api_lists_and_cancels(cluster, tmp_path)
     creator = AdminClient({"bootstrap.servers": cluster.bootstrap(first)})
     creator.create_topics([NewTopic(TOPIC, 2, -1, replica_assignment=[
         [first, second], [first, second]])])[TOPIC].result(30)
-    wait_until(lambda: len(partition_meta(cluster)) == 2 and all(
-        len(p.isr) == 2 for p in partition_meta(cluster).values()),
-        message="every replica in the ISR")
+    wait_until(lambda: all_in_sync(cluster, 2, 2), message="every replica in the ISR")
     admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap(first))
     p0, p1, missing = KpPartition(TOPIC, 0), KpPartition(TOPIC, 1), KpPartition(TOPIC, 9)
 

@@ -30,6 +30,7 @@ zookeeper = zookeeper_fixture()
 # Followers fetch at most 64 KiB of a partition at a time, so a throttled reassignment of a
 # few megabytes takes minutes (see test_throttled_reassignment) on both sides.
 REPLICA_FETCH_MAX_BYTES = 65536
+BATCH_BYTES = 16384  # the throttled reassignment's producer batches
 kafka = apache_kafka_fixture(scope="module", nodes=3, overrides={
     "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
     "super.users": "User:ANONYMOUS", "replica.fetch.max.bytes": REPLICA_FETCH_MAX_BYTES})
@@ -219,9 +220,6 @@ def throttle_configs(tools: KafkaTools, topic: str) -> tuple[list[str], list[str
         shown.append([sorted(re.findall(r"^\s+(\w+\.replication\.throttled\.\w+)=(\S+) ",
                                         run.stdout, re.M)) for run in runs])
     return shown[0][0] + shown[1][0], shown[0][1] + shown[1][1]
-
-
-BATCH_BYTES = 16384
 
 
 def test_throttled_reassignment(tools, tmp_path):
