@@ -61,7 +61,7 @@ class LocalCluster:
         """Until every broker in ``via`` (default: all running) lists exactly ``expected``."""
         for broker_id in via or self.live():
             wait_until(lambda: sorted(self.metadata(broker_id).brokers) == expected,
-                       message=f"broker {broker_id} to list brokers {expected}")
+                       timeout=60, message=f"broker {broker_id} to list brokers {expected}")
 
     def leaders(self, broker_id: int, topic: str) -> dict[int, int]:
         found = self.metadata(broker_id, [topic]).topics.get(topic)
